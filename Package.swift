@@ -1,0 +1,56 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// PushWarden: one system-library target per C library, one thin Swift wrapper per
+/// library, a pure policy/domain layer, the sidecar itself and a thin command layer.
+let package = Package(
+    name: "PushWarden",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "pushwarden", targets: ["pushwarden"]),
+    ],
+    targets: [
+        // MARK: C libraries (Debian packages)
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CHiredis", providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
+        // Typed forwarders for the variadic C functions Swift cannot call.
+        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl"]),
+
+        // MARK: Pure Swift, no C
+        .target(name: "PWCore"),
+        .target(name: "PWPolicy", dependencies: ["PWCore", "YAMLKit"]),
+        /// The client API's request shapes and every validation CONTRACT.md section 1 names.
+        .target(name: "ClientAPI", dependencies: ["PWCore", "PWPolicy"]),
+
+        // MARK: One thin wrapper per C library
+        .target(name: "YAMLKit", dependencies: ["CYAML"]),
+        .target(name: "PWCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "HTTPServer", dependencies: ["PWCore", "CMicroHTTPD", "CShims"]),
+        .target(name: "HTTPClient", dependencies: ["PWCore", "CCurl", "CShims"]),
+        .target(name: "RedisClient", dependencies: ["CHiredis"]),
+
+        // MARK: Domain built on the wrappers
+        .target(name: "SessionAuth", dependencies: ["PWCore", "PWPolicy", "PWCrypto"]),
+        .target(name: "PushWarden", dependencies: [
+            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "HTTPServer", "HTTPClient", "RedisClient",
+        ]),
+        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth"]),
+
+        // MARK: Tests
+        .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "HTTPServer", "HTTPClient", "RedisClient"]),
+        .testTarget(name: "CoreTests", dependencies: ["PWCore"]),
+        .testTarget(name: "ClientAPITests", dependencies: ["ClientAPI", "PWPolicy", "PWCore"]),
+        .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),
+        .testTarget(name: "SessionAuthTests", dependencies: ["SessionAuth", "PWCrypto", "PWPolicy"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "PushWardenTestSupport"]),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "PushWardenTestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "PushWardenTestSupport"]),
+        .testTarget(name: "PushWardenTests", dependencies: [
+            "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
+        ]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,6 @@
+#ifndef PUSHWARDEN_CSHIMS_H
+#define PUSHWARDEN_CSHIMS_H
+// Typed, non-variadic forwarders for C functions Swift cannot import.
+#include "mhd_shim.h"
+#include "curl_shim.h"
+#endif

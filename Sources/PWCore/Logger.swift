@@ -1,0 +1,110 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// Structured logging as one JSON object per line.
+///
+/// - Important: callers pass already-redacted values. Push tokens, session tokens and keys never
+///   reach a logger in full: use `Redact` (in the PushWarden module) first.
+public struct Logger: Sendable {
+    public enum Level: Int, Sendable, Comparable, CaseIterable {
+        case debug = 0, info, warning, error
+
+        public var name: String {
+            switch self {
+            case .debug: return "debug"
+            case .info: return "info"
+            case .warning: return "warning"
+            case .error: return "error"
+            }
+        }
+
+        public init?(name: String) {
+            guard let level = Level.allCases.first(where: { $0.name == name.lowercased() }) else { return nil }
+            self = level
+        }
+
+        public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
+    }
+
+    public let label: String
+    public let minimumLevel: Level
+    private let sink: LogSink
+
+    public init(label: String, level: Level = .info, sink: LogSink = .standardError) {
+        self.label = label
+        self.minimumLevel = level
+        self.sink = sink
+    }
+
+    public func with(label: String) -> Logger { Logger(label: label, level: minimumLevel, sink: sink) }
+
+    public func log(_ level: Level, _ message: String, _ fields: [(String, String)] = []) {
+        guard level >= minimumLevel else { return }
+        var members: [JSONMember] = [
+            JSONMember("ts", .string(Self.timestamp())),
+            JSONMember("level", .string(level.name)),
+            JSONMember("logger", .string(label)),
+            JSONMember("msg", .string(message)),
+        ]
+        for (key, value) in fields { members.append(JSONMember(key, .string(value))) }
+        var line = JSONValue.object(JSONObject(members)).encoded()
+        line.append(0x0A)
+        sink.write(line)
+    }
+
+    public func debug(_ message: String, _ fields: [(String, String)] = []) { log(.debug, message, fields) }
+    public func info(_ message: String, _ fields: [(String, String)] = []) { log(.info, message, fields) }
+    public func warning(_ message: String, _ fields: [(String, String)] = []) { log(.warning, message, fields) }
+    public func error(_ message: String, _ fields: [(String, String)] = []) { log(.error, message, fields) }
+
+    /// RFC 3339 UTC with milliseconds.
+    static func timestamp() -> String {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        var seconds = time_t(ts.tv_sec)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ v: Int32, _ width: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(ts.tv_nsec / 1_000_000), 3))Z"
+    }
+}
+
+/// Where log lines go. Tests use `.memory` to assert that nothing sensitive was logged.
+public final class LogSink: Sendable {
+    private enum Target { case standardError, memory }
+    private let target: Target
+    private let captured = Mutex<[UInt8]>([])
+
+    private init(target: Target) { self.target = target }
+
+    public static let standardError = LogSink(target: .standardError)
+    public static func memory() -> LogSink { LogSink(target: .memory) }
+
+    func write(_ line: [UInt8]) {
+        switch target {
+        case .standardError:
+            // One write(2) per line: lines from concurrent threads never interleave mid-line.
+            line.withUnsafeBufferPointer { buffer in
+                var offset = 0
+                while offset < buffer.count {
+                    let n = Glibc.write(2, buffer.baseAddress! + offset, buffer.count - offset)
+                    if n <= 0 { break }
+                    offset += n
+                }
+            }
+        case .memory:
+            captured.withLock { $0.append(contentsOf: line) }
+        }
+    }
+
+    /// Everything written so far (memory sinks only).
+    public var text: String { captured.withLock { String(decoding: $0, as: UTF8.self) } }
+}

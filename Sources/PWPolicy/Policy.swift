@@ -1,0 +1,210 @@
+import PWCore
+
+/// A loaded, validated policy file: the only thing a security reviewer has to read.
+///
+/// Every value here has passed `PolicyLoader`'s checks. Secrets are never held here, only where
+/// they come from (`SecretRef`); they are resolved when the server starts.
+public struct Policy: Sendable, Equatable {
+    public var version: Int
+    /// Apps in file order.
+    public var apps: [AppPolicy]
+    /// The file this policy came from, for messages.
+    public var sourcePath: String
+
+    public init(version: Int, apps: [AppPolicy], sourcePath: String) {
+        self.version = version
+        self.apps = apps
+        self.sourcePath = sourcePath
+    }
+
+    public func app(_ id: String) -> AppPolicy? { apps.first { $0.id == id } }
+}
+
+public struct AppPolicy: Sendable, Equatable {
+    public var id: String
+    public var session: SessionPolicy
+    public var client: ClientPolicy
+    public var dedupe: DedupePolicy
+    public var upstreams: [UpstreamPolicy]
+
+    public init(id: String, session: SessionPolicy, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy]) {
+        self.id = id
+        self.session = session
+        self.client = client
+        self.dedupe = dedupe
+        self.upstreams = upstreams
+    }
+
+    /// The upstream whose outcome answers the client.
+    public var primary: UpstreamPolicy? { upstreams.first { $0.role == .primary } }
+}
+
+/// Where a secret comes from. The policy never holds the secret itself.
+public enum SecretRef: Sendable, Hashable, CustomStringConvertible {
+    case env(String)
+    case file(String)
+
+    /// `env:NAME` or `file:/path`: the only form in which a secret is ever printed.
+    public var description: String {
+        switch self {
+        case .env(let name): return "env:\(name)"
+        case .file(let path): return "file:\(path)"
+        }
+    }
+}
+
+public enum JWTAlgorithm: String, Sendable, Hashable, CaseIterable {
+    case hs256 = "HS256"
+    case rs256 = "RS256"
+    case es256 = "ES256"
+}
+
+/// How a client proves who it is (policy key `session`).
+public struct SessionPolicy: Sendable, Equatable {
+    public enum Keys: Sendable, Equatable {
+        /// A JWKS document on disk; tokens select a key by `kid`.
+        case jwksFile(String)
+        /// A shared HMAC secret (HS256 only).
+        case hmacSecret(SecretRef)
+    }
+
+    /// Header carrying `Bearer <jwt>` (default `Authorization`); nil when only a cookie is used.
+    public var header: String?
+    /// Cookie carrying the bare JWT; checked when the header is absent.
+    public var cookie: String?
+    public var algorithms: [JWTAlgorithm]
+    public var keys: Keys
+    public var issuer: String?
+    public var audience: String?
+    /// The claim holding the server-side contact id (default `sub`).
+    public var contactClaim: String
+    /// Clock skew tolerated for `exp`, `nbf` and `iat`, in seconds.
+    public var leewaySeconds: Int
+
+    public init(header: String?, cookie: String?, algorithms: [JWTAlgorithm], keys: Keys, issuer: String?,
+                audience: String?, contactClaim: String, leewaySeconds: Int) {
+        self.header = header
+        self.cookie = cookie
+        self.algorithms = algorithms
+        self.keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self.contactClaim = contactClaim
+        self.leewaySeconds = leewaySeconds
+    }
+}
+
+public enum Platform: String, Sendable, Hashable, CaseIterable {
+    case ios, android, web
+}
+
+public enum PushService: String, Sendable, Hashable, CaseIterable {
+    case apns, apnsVoip = "apns_voip", fcm, unifiedPush = "unified_push", webPush = "web_push"
+}
+
+/// What clients may send (policy key `client`).
+public struct ClientPolicy: Sendable, Equatable {
+    public enum ContactIDMode: String, Sendable { case verify, reject }
+    public enum UnknownFields: String, Sendable { case reject, drop }
+
+    public struct RateLimit: Sendable, Equatable {
+        public var requests: Int
+        public var perSeconds: Int
+        public init(requests: Int, perSeconds: Int) {
+            self.requests = requests
+            self.perSeconds = perSeconds
+        }
+    }
+
+    public var platforms: [Platform]
+    public var contactID: ContactIDMode
+    public var unknownFields: UnknownFields
+    /// Largest request body accepted, in bytes.
+    public var maxBody: Int
+    /// Largest events batch accepted.
+    public var maxEvents: Int
+    /// Per-contact limits by route (`register`, `unregister`, `events`); empty when unlimited.
+    public var rateLimits: [String: RateLimit]
+
+    public init(platforms: [Platform], contactID: ContactIDMode = .verify, unknownFields: UnknownFields = .reject,
+                maxBody: Int = 16 * 1024, maxEvents: Int = 100, rateLimits: [String: RateLimit] = [:]) {
+        self.platforms = platforms
+        self.contactID = contactID
+        self.unknownFields = unknownFields
+        self.maxBody = maxBody
+        self.maxEvents = maxEvents
+        self.rateLimits = rateLimits
+    }
+}
+
+public struct DedupePolicy: Sendable, Equatable {
+    /// An unchanged registration is re-sent at most this often (seconds).
+    public var refreshAfterSeconds: Int
+    public init(refreshAfterSeconds: Int) { self.refreshAfterSeconds = refreshAfterSeconds }
+}
+
+public struct RetryPolicy: Sendable, Equatable {
+    /// Total attempts, the first included.
+    public var attempts: Int
+    public var backoffMillis: Int
+    public var maxBackoffMillis: Int
+    public init(attempts: Int = 3, backoffMillis: Int = 200, maxBackoffMillis: Int = 2000) {
+        self.attempts = attempts
+        self.backoffMillis = backoffMillis
+        self.maxBackoffMillis = maxBackoffMillis
+    }
+}
+
+public struct UpstreamPolicy: Sendable, Equatable {
+    public enum Role: String, Sendable { case primary, shadow }
+    public enum Delivery: String, Sendable { case sync, queued }
+
+    public var name: String
+    public var provider: ProviderConfig
+    public var role: Role
+    public var delivery: Delivery
+    public var timeoutMillis: Int
+    public var retry: RetryPolicy
+
+    public init(name: String, provider: ProviderConfig, role: Role = .primary, delivery: Delivery = .sync,
+                timeoutMillis: Int = 2000, retry: RetryPolicy = RetryPolicy()) {
+        self.name = name
+        self.provider = provider
+        self.role = role
+        self.delivery = delivery
+        self.timeoutMillis = timeoutMillis
+        self.retry = retry
+    }
+}
+
+/// Provider-specific settings. Each provider's case carries exactly what its document needs.
+public enum ProviderConfig: Sendable, Equatable {
+    case voyado(VoyadoConfig)
+    /// Logs the exact request it would send (secrets and tokens redacted) and answers as the
+    /// emulated provider would.
+    case dryRun(DryRunConfig)
+
+    /// The provider's name as written in the policy.
+    public var kind: String {
+        switch self {
+        case .voyado: return "voyado"
+        case .dryRun: return "dry_run"
+        }
+    }
+}
+
+public struct VoyadoConfig: Sendable, Equatable {
+    /// `https://app-push-prod.voyado.com/api/v1/<tenant>/<id>/<env>`, no trailing slash.
+    public var basePath: String
+    public var apiKey: SecretRef
+    public init(basePath: String, apiKey: SecretRef) {
+        self.basePath = basePath
+        self.apiKey = apiKey
+    }
+}
+
+public struct DryRunConfig: Sendable, Equatable {
+    /// The provider whose request shapes and answers are emulated (`voyado`).
+    public var emulates: String
+    public init(emulates: String) { self.emulates = emulates }
+}
