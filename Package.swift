@@ -41,6 +41,8 @@ let package = Package(
 
         // MARK: Tests
         .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "HTTPServer", "HTTPClient", "RedisClient"]),
+        /// A mock upstream process for the benchmark and manual trials (Voyado's API, configurable latency).
+        .executableTarget(name: "mock-upstream", dependencies: ["PushWardenTestSupport"], path: "Sources/MockUpstream"),
         .testTarget(name: "CoreTests", dependencies: ["PWCore"]),
         .testTarget(name: "ClientAPITests", dependencies: ["ClientAPI", "PWPolicy", "PWCore"]),
         .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),
@@ -50,6 +52,7 @@ let package = Package(
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
             "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
+            "RedisClient",
         ]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,1 +1,203 @@
-print("pushwarden")
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import PWCore
+import PWPolicy
+import PushWarden
+
+/// `pushwarden`: a thin command layer over the PushWarden module. See CONTRACT.md section 3.
+
+let usage = """
+    usage:
+      pushwarden serve --policy FILE [--listen HOST:PORT] [--admin HOST:PORT] [--redis URL] [--log-level LEVEL] [--threads N]
+      pushwarden policy check FILE...
+      pushwarden policy explain FILE
+      pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
+
+    environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
+      PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_SHUTDOWN_GRACE
+    """
+
+func fail(_ message: String, code: Int32 = 2) -> Never {
+    printError("pushwarden: \(message)")
+    exit(code)
+}
+
+func printError(_ message: String) {
+    var line = Array((message + "\n").utf8)
+    _ = line.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+func environment(_ name: String) -> String? {
+    guard let value = getenv(name) else { return nil }
+    let s = String(cString: value)
+    return s.isEmpty ? nil : s
+}
+
+/// `--name value` pairs; a flag given twice or without a value is an error.
+func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>) -> [String: String] {
+    var flags: [String: String] = [:]
+    var i = arguments.startIndex
+    while i < arguments.endIndex {
+        let argument = arguments[i]
+        var name = argument
+        var value: String?
+        if let eq = argument.firstIndex(of: "=") {
+            name = String(argument[..<eq])
+            value = String(argument[argument.index(after: eq)...])
+        }
+        guard name.hasPrefix("--"), allowed.contains(String(name.dropFirst(2))) else { fail("unknown argument \(argument)\n\(usage)") }
+        if value == nil {
+            i += 1
+            guard i < arguments.endIndex else { fail("\(name) needs a value") }
+            value = arguments[i]
+        }
+        guard flags[String(name.dropFirst(2))] == nil else { fail("\(name) given twice") }
+        flags[String(name.dropFirst(2))] = value
+        i += 1
+    }
+    return flags
+}
+
+func loadPolicyOrExit(_ path: String) -> Policy {
+    switch PolicyLoader.load(path: path) {
+    case .success(let policy):
+        return policy
+    case .failure(let diagnostics):
+        for diagnostic in diagnostics.diagnostics { printError(diagnostic.description) }
+        exit(1)
+    }
+}
+
+// MARK: serve
+
+func serve(_ arguments: ArraySlice<String>) async -> Never {
+    let flags = parseFlags(arguments, allowed: ["policy", "listen", "admin", "redis", "log-level", "threads"])
+    guard let policyPath = flags["policy"] ?? environment("PUSHWARDEN_POLICY") else { fail("serve needs --policy FILE") }
+    var configuration = ServeConfiguration()
+    if let listen = flags["listen"] ?? environment("PUSHWARDEN_LISTEN") {
+        guard let hostPort = HostPort(listen) else { fail("--listen must be HOST:PORT") }
+        configuration.listen = hostPort
+    }
+    if let admin = flags["admin"] ?? environment("PUSHWARDEN_ADMIN") {
+        guard let hostPort = HostPort(admin) else { fail("--admin must be HOST:PORT") }
+        configuration.admin = hostPort
+    }
+    configuration.redisURL = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL")
+    if let level = flags["log-level"] ?? environment("PUSHWARDEN_LOG_LEVEL") {
+        guard let parsed = Logger.Level(name: level) else { fail("--log-level must be debug, info, warning or error") }
+        configuration.logLevel = parsed
+    }
+    if let threads = flags["threads"] ?? environment("PUSHWARDEN_THREADS") {
+        guard let n = Int(threads), (1...256).contains(n) else { fail("--threads must be 1 to 256") }
+        configuration.threads = n
+    }
+    if let grace = environment("PUSHWARDEN_SHUTDOWN_GRACE") {
+        guard let seconds = Double(grace), seconds >= 0 else { fail("PUSHWARDEN_SHUTDOWN_GRACE must be seconds") }
+        configuration.shutdownGraceSeconds = seconds
+    }
+
+    let policy = loadPolicyOrExit(policyPath)
+    let logger = Logger(label: "pushwarden", level: configuration.logLevel)
+    signal(SIGPIPE, SIG_IGN)
+    let sidecar: Sidecar
+    do {
+        sidecar = try Sidecar(policy: policy, configuration: configuration, logger: logger)
+    } catch {
+        fail(error.description, code: 1)
+    }
+    let received = await waitForTerminationSignal()
+    logger.info("signal received", [("signal", received == SIGTERM ? "SIGTERM" : "SIGINT")])
+    await sidecar.shutdown(gracePeriodSeconds: configuration.shutdownGraceSeconds)
+    exit(0)
+}
+
+/// Suspends until SIGTERM or SIGINT arrives.
+func waitForTerminationSignal() async -> Int32 {
+    signal(SIGTERM, SIG_IGN)
+    signal(SIGINT, SIG_IGN)
+    return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+        let queue = DispatchQueue(label: "pushwarden.signals")
+        let fired = SignalLatch()
+        for number in [SIGTERM, SIGINT] {
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler {
+                if fired.fire() { continuation.resume(returning: number) }
+            }
+            source.resume()
+            fired.keep(source)
+        }
+    }
+}
+
+/// Resumes the waiter once, whichever signal comes first; keeps the sources alive.
+final class SignalLatch: @unchecked Sendable {
+    // Only touched on the signal queue (serial) after setup on the calling thread.
+    private var done = false
+    private var sources: [any DispatchSourceSignal] = []
+    func fire() -> Bool {
+        if done { return false }
+        done = true
+        return true
+    }
+    func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+}
+
+// MARK: policy
+
+func policyCommand(_ arguments: ArraySlice<String>) -> Never {
+    guard let sub = arguments.first else { fail(usage) }
+    let files = arguments.dropFirst()
+    switch sub {
+    case "check":
+        guard !files.isEmpty else { fail("policy check needs at least one FILE") }
+        var failed = false
+        for file in files {
+            switch PolicyLoader.load(path: file) {
+            case .success:
+                print("\(file): ok")
+            case .failure(let diagnostics):
+                failed = true
+                for diagnostic in diagnostics.diagnostics { print(diagnostic.description) }
+            }
+        }
+        exit(failed ? 1 : 0)
+    case "explain":
+        guard files.count == 1, let file = files.first else { fail("policy explain needs exactly one FILE") }
+        print(PolicyExplainer.explain(loadPolicyOrExit(file)), terminator: "")
+        exit(0)
+    default:
+        fail("unknown policy command \(sub)\n\(usage)")
+    }
+}
+
+// MARK: dev-token
+
+func devToken(_ arguments: ArraySlice<String>) -> Never {
+    let flags = parseFlags(arguments, allowed: ["policy", "app", "contact", "ttl"])
+    guard let policyPath = flags["policy"], let appID = flags["app"], let contact = flags["contact"] else {
+        fail("dev-token needs --policy FILE --app APP --contact ID")
+    }
+    let ttl = Int(flags["ttl"] ?? "3600") ?? -1
+    guard ttl > 0, ttl <= 7 * 86_400 else { fail("--ttl must be 1 to 604800 seconds") }
+    let policy = loadPolicyOrExit(policyPath)
+    guard let app = policy.app(appID) else { fail("no app \(appID) in \(policyPath)") }
+    do {
+        print(try DevToken.mint(session: app.session, contactID: contact, ttlSeconds: ttl))
+    } catch {
+        fail(error.description, code: 1)
+    }
+    exit(0)
+}
+
+// MARK: main
+
+let arguments = CommandLine.arguments.dropFirst()
+switch arguments.first {
+case "serve": await serve(arguments.dropFirst())
+case "policy": policyCommand(arguments.dropFirst())
+case "dev-token": devToken(arguments.dropFirst())
+case "-h", "--help", "help": print(usage); exit(0)
+default: fail(usage)
+}

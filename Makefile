@@ -1,0 +1,45 @@
+# PushWarden: the two commands a new machine needs are `make run` and `make test`.
+SHELL := /bin/bash
+export PATH := /opt/swift/usr/bin:$(PATH)
+
+POLICY ?= policies/example.yaml
+LISTEN ?= 127.0.0.1:8080
+ADMIN ?= 127.0.0.1:9090
+CONTACT ?= alice
+# The demo app's session secret, generated once per checkout and never committed.
+DEV_SECRET_FILE := .dev-session-secret
+
+.PHONY: deps build run token test bench clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	swift build
+
+$(DEV_SECRET_FILE):
+	@umask 077; openssl rand -hex 32 > $(DEV_SECRET_FILE)
+
+## Runs the sidecar on the embedded in-memory store with the example policy.
+run: build $(DEV_SECRET_FILE)
+	PUSHWARDEN_DEMO_SESSION_SECRET=$$(cat $(DEV_SECRET_FILE)) \
+	  .build/debug/pushwarden serve --policy $(POLICY) --listen $(LISTEN) --admin $(ADMIN)
+
+## Prints a session token for the demo app (CONTACT=alice by default).
+token: $(DEV_SECRET_FILE)
+	@swift build -q --product pushwarden >&2
+	@PUSHWARDEN_DEMO_SESSION_SECRET=$$(cat $(DEV_SECRET_FILE)) \
+	  .build/debug/pushwarden dev-token --policy $(POLICY) --app demo --contact $(CONTACT)
+
+## Runs every test (starts its own redis-server on a free loopback port).
+test: deps
+	swift build --build-tests
+	timeout 1500 swift test --skip-build
+
+## Benchmarks the release build against nginx (see BENCHMARKS.md).
+bench:
+	@scripts/install-deps.sh --bench
+	scripts/bench.sh
+
+clean:
+	rm -rf .build

@@ -1,0 +1,113 @@
+import Synchronization
+
+/// PushWarden's Prometheus metrics. Label values come from the policy (app and upstream names)
+/// or from fixed sets (routes, outcomes, status codes), so cardinality is bounded by the policy.
+///
+/// Thread-safe; each update takes one short lock.
+public final class Metrics: Sendable {
+    private struct Histogram {
+        static let bounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+        var buckets = [UInt64](repeating: 0, count: Histogram.bounds.count)
+        var count: UInt64 = 0
+        var sum: Double = 0
+
+        mutating func observe(_ value: Double) {
+            for (i, bound) in Histogram.bounds.enumerated() where value <= bound { buckets[i] += 1 }
+            count += 1
+            sum += value
+        }
+    }
+
+    private struct State {
+        var requests: [[String]: UInt64] = [:]            // app, route, status
+        var dedupeHits: [[String]: UInt64] = [:]          // app, upstream
+        var dedupeDegraded: [[String]: UInt64] = [:]      // app
+        var upstreamCalls: [[String]: UInt64] = [:]       // upstream, operation, outcome
+        var upstreamLatency: [[String]: Histogram] = [:]  // upstream
+        var authFailures: [[String]: UInt64] = [:]        // app
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func request(app: String, route: String, status: Int) {
+        state.withLock { $0.requests[[app, route, String(status)], default: 0] += 1 }
+    }
+
+    public func dedupeHit(app: String, upstream: String) {
+        state.withLock { $0.dedupeHits[[app, upstream], default: 0] += 1 }
+    }
+
+    public func dedupeDegraded(app: String) {
+        state.withLock { $0.dedupeDegraded[[app], default: 0] += 1 }
+    }
+
+    public func authFailure(app: String) {
+        state.withLock { $0.authFailures[[app], default: 0] += 1 }
+    }
+
+    /// One attempt at an upstream: `outcome` is `accepted`, `rejected`, `auth_failed`, `retryable`
+    /// or `network_error`.
+    public func upstreamCall(upstream: String, operation: String, outcome: String, seconds: Double) {
+        state.withLock { state in
+            state.upstreamCalls[[upstream, operation, outcome], default: 0] += 1
+            state.upstreamLatency[[upstream], default: Histogram()].observe(seconds)
+        }
+    }
+
+    /// The Prometheus text exposition format, version 0.0.4.
+    public func render(storeUp: Bool? = nil) -> String {
+        let snapshot = state.withLock { $0 }
+        var out = ""
+        func family(_ name: String, _ help: String, _ type: String, _ labels: [String], _ values: [[String]: UInt64]) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            for (key, value) in values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+                out += "\(name){\(Self.labels(labels, key))} \(value)\n"
+            }
+        }
+        family("pushwarden_requests_total", "Client API requests by app, route and status.", "counter",
+               ["app", "route", "status"], snapshot.requests)
+        family("pushwarden_dedupe_hits_total", "Registrations answered unchanged without an upstream call.", "counter",
+               ["app", "upstream"], snapshot.dedupeHits)
+        family("pushwarden_dedupe_degraded_total", "Registrations forwarded without dedupe because the store failed.", "counter",
+               ["app"], snapshot.dedupeDegraded)
+        family("pushwarden_auth_failures_total", "Requests refused as unauthorized.", "counter",
+               ["app"], snapshot.authFailures)
+        family("pushwarden_upstream_calls_total", "Upstream call attempts by upstream, operation and outcome.", "counter",
+               ["upstream", "operation", "outcome"], snapshot.upstreamCalls)
+        out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
+        out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"
+        for (key, histogram) in snapshot.upstreamLatency.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            let upstream = Self.labels(["upstream"], key)
+            for (i, bound) in Histogram.bounds.enumerated() {
+                out += "pushwarden_upstream_latency_seconds_bucket{\(upstream),le=\"\(bound)\"} \(histogram.buckets[i])\n"
+            }
+            out += "pushwarden_upstream_latency_seconds_bucket{\(upstream),le=\"+Inf\"} \(histogram.count)\n"
+            out += "pushwarden_upstream_latency_seconds_sum{\(upstream)} \(histogram.sum)\n"
+            out += "pushwarden_upstream_latency_seconds_count{\(upstream)} \(histogram.count)\n"
+        }
+        if let storeUp {
+            out += "# HELP pushwarden_store_up Whether the dedupe store answered the last check.\n"
+            out += "# TYPE pushwarden_store_up gauge\npushwarden_store_up \(storeUp ? 1 : 0)\n"
+        }
+        return out
+    }
+
+    private static func labels(_ names: [String], _ values: [String]) -> String {
+        zip(names, values).map { "\($0)=\"\(escape($1))\"" }.joined(separator: ",")
+    }
+
+    private static func escape(_ value: String) -> String {
+        var out = ""
+        for c in value {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}

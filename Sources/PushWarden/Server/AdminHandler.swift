@@ -1,0 +1,49 @@
+import HTTPServer
+import PWCore
+
+/// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`.
+struct AdminHandler: HTTPHandler {
+    let metrics: Metrics
+    let store: any DedupeStore
+    let policyLoaded: Bool
+
+    func decide(_ head: HTTPRequestHead) -> HeadDecision {
+        switch head.path {
+        case "/healthz", "/readyz", "/metrics":
+            guard head.method == "GET" || head.method == "HEAD" else {
+                var response = Responses.error(ContractError(.methodNotAllowed, "use GET"), requestID: RequestID.from(head.headers))
+                response.headers.set("Allow", "GET, HEAD")
+                return .respond(response)
+            }
+            return .readBody(limit: 0)
+        default:
+            return .respond(Responses.error(ContractError(.notFound, "no such route"), requestID: RequestID.from(head.headers)))
+        }
+    }
+
+    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
+        Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
+    }
+
+    func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        let requestID = RequestID.from(request.head.headers)
+        switch request.head.path {
+        case "/healthz":
+            return Responses.json(200, .object(JSONObject([JSONMember("status", "ok")])), requestID: requestID)
+        case "/readyz":
+            let storeUp = await store.isReachable()
+            let ready = storeUp && policyLoaded
+            let body = JSONObject([
+                JSONMember("status", .string(ready ? "ready" : "not_ready")),
+                JSONMember("policy", .string(policyLoaded ? "loaded" : "missing")),
+                JSONMember("store", .string(storeUp ? "reachable" : "unreachable")),
+                JSONMember("store_kind", .string(store.kind)),
+            ])
+            return Responses.json(ready ? 200 : 503, .object(body), requestID: requestID)
+        default:
+            let storeUp = await store.isReachable()
+            return HTTPResponse(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4"],
+                                body: Array(metrics.render(storeUp: storeUp).utf8))
+        }
+    }
+}

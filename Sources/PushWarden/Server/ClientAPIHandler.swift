@@ -1,0 +1,311 @@
+import ClientAPI
+import HTTPClient
+import HTTPServer
+import PWCore
+import PWCrypto
+import PWPolicy
+import SessionAuth
+
+/// The whole client request path, top to bottom:
+///
+/// 1. `decide` (on a server thread, before the body is read): route, app, method and media type,
+///    and the app's body cap.
+/// 2. `handle` (on Swift concurrency, the connection suspended): authenticate the session, apply
+///    the per-contact rate limit, validate the body against the contract, then register,
+///    unregister or report events at each upstream through dedupe, and answer.
+///
+/// Every refusal is a `ContractError` rendered in the contract's envelope.
+public struct ClientAPIHandler: HTTPHandler {
+    let apps: [String: AppRuntime]
+    let deduper: Deduper
+    let rateLimiter: RateLimiter
+    let metrics: Metrics
+    let logger: Logger
+
+    init(apps: [String: AppRuntime], deduper: Deduper, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
+        self.apps = apps
+        self.deduper = deduper
+        self.rateLimiter = rateLimiter
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    // MARK: 1. Before the body
+
+    public func decide(_ head: HTTPRequestHead) -> HeadDecision {
+        switch resolve(head) {
+        case .success(let (app, _)):
+            return .readBody(limit: app.policy.client.maxBody)
+        case .failure(let error):
+            let requestID = RequestID.from(head.headers)
+            metrics.request(app: "-", route: "-", status: error.status)
+            return .respond(Responses.error(error, requestID: requestID))
+        }
+    }
+
+    public func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
+        let limit = (try? resolve(head).get())?.0.policy.client.maxBody ?? 0
+        let error = ContractError(.payloadTooLarge, "request body exceeds \(limit) bytes")
+        let (app, route) = labels(head)
+        metrics.request(app: app, route: route, status: error.status)
+        return Responses.error(error, requestID: RequestID.from(head.headers))
+    }
+
+    // MARK: 2. The request
+
+    public func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        let requestID = RequestID.from(request.head.headers)
+        let response: HTTPResponse
+        var appLabel = "-", routeLabel = "-"
+        do {
+            let (app, route) = try resolve(request.head).get()
+            appLabel = app.policy.id
+            routeLabel = route.rawValue
+            let session = try authenticate(request.head.headers, app: app, requestID: requestID)
+            try rateLimiter.admit(app: app.policy, route: route.rawValue, contactID: session.contactID)
+            let client = app.policy.client
+            let result: JSONObject
+            switch route {
+            case .register:
+                let installation = try RequestValidator.installation(body: request.body, policy: client, contactID: session.contactID)
+                result = try await register(installation, session: session, app: app, requestID: requestID)
+            case .unregister:
+                let pushToken = try RequestValidator.unregister(body: request.body, policy: client, contactID: session.contactID)
+                result = try await unregister(pushToken, app: app, requestID: requestID)
+            case .events:
+                let events = try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID)
+                result = try await report(events, session: session, app: app, requestID: requestID)
+            }
+            var body = JSONObject([JSONMember("request_id", .string(requestID))])
+            body.members.append(contentsOf: result.members)
+            response = Responses.json(202, .object(body), requestID: requestID)
+        } catch {
+            if error.code == .internal {
+                logger.error("internal error", [("request_id", requestID), ("detail", error.message)])
+            }
+            response = Responses.error(error, requestID: requestID)
+        }
+        metrics.request(app: appLabel, route: routeLabel, status: response.status)
+        return response
+    }
+
+    // MARK: Routing
+
+    enum Route: String, Sendable {
+        case register, unregister, events
+    }
+
+    /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`.
+    func resolve(_ head: HTTPRequestHead) -> Result<(AppRuntime, Route), ContractError> {
+        let prefix = "/v1/apps/"
+        guard head.path.hasPrefix(prefix) else { return .failure(ContractError(.notFound, "no such route")) }
+        let parts = head.path.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
+        let route: Route
+        switch parts.count {
+        case 2 where parts[1] == "installations": route = .register
+        case 2 where parts[1] == "events": route = .events
+        case 3 where parts[1] == "installations" && parts[2] == "unregister": route = .unregister
+        default: return .failure(ContractError(.notFound, "no such route"))
+        }
+        guard let app = apps[String(parts[0])] else { return .failure(ContractError(.notFound, "unknown app")) }
+        guard head.method == "POST" else {
+            return .failure(ContractError(.methodNotAllowed, "use POST for this route"))
+        }
+        guard Self.isJSON(head.headers["Content-Type"]) else {
+            return .failure(ContractError(.unsupportedMediaType, "Content-Type must be application/json"))
+        }
+        return .success((app, route))
+    }
+
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { String($0).trimmingSpaces() } ?? ""
+        return HTTPHeaders.equalsIgnoringCase(String(mediaType), "application/json")
+    }
+
+    private func labels(_ head: HTTPRequestHead) -> (String, String) {
+        guard let (app, route) = try? resolve(head).get() else { return ("-", "-") }
+        return (app.policy.id, route.rawValue)
+    }
+
+    // MARK: Session
+
+    private func authenticate(_ headers: HTTPHeaders, app: AppRuntime, requestID: String) throws(ContractError) -> Session {
+        switch app.sessions.authenticate(headers) {
+        case .success(let session):
+            return session
+        case .failure(let failure):
+            metrics.authFailure(app: app.policy.id)
+            logger.info("session refused", [("app", app.policy.id), ("request_id", requestID), ("reason", failure.reason)])
+            throw ContractError(.unauthorized, "a valid session is required")
+        }
+    }
+
+    // MARK: Register
+
+    private func register(_ installation: Installation, session: Session, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
+        let contactID = session.contactID
+        let deduper = self.deduper
+        let metrics = self.metrics
+        let refreshAfter = app.policy.dedupe.refreshAfterSeconds
+        let appID = app.policy.id
+        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
+            guard caller.adapter.accepts(installation) else { return .skipped }
+            let request = caller.adapter.registerRequest(installation, contactID: contactID)
+            let keys = DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: installation.pushToken)
+            do {
+                let outcome = try await deduper.register(
+                    keys: keys, fingerprint: Fingerprint.of(request), refreshAfterSeconds: refreshAfter,
+                    lockMillis: caller.budgetMillis + 1000, app: appID
+                ) { () async throws(ContractError) in
+                    _ = try await caller.call(request, operation: .register)
+                }
+                if outcome == .unchanged {
+                    metrics.dedupeHit(app: appID, upstream: caller.adapter.name)
+                    return .unchanged
+                }
+                return .forwarded
+            } catch {
+                return .failed(error)
+            }
+        }
+        let answer = try app.answer(outcomes, logger: logger, requestID: requestID)
+        if let previous = installation.previousPushToken, previous != installation.pushToken {
+            await retire(previous, app: app, requestID: requestID)
+        }
+        logger.debug("registered", [("app", appID), ("request_id", requestID), ("token", Redact.token(installation.pushToken)),
+                                    ("contact", Redact.contact(contactID))])
+        return answer
+    }
+
+    /// After a rotation the old token is dead: forget it and remove it upstream, best effort.
+    private func retire(_ previous: String, app: AppRuntime, requestID: String) async {
+        let deduper = self.deduper
+        let appID = app.policy.id
+        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
+            await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: previous), app: appID)
+            do {
+                _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: previous), operation: .unregister)
+                return .forwarded
+            } catch {
+                return .failed(error)
+            }
+        }
+        for (name, outcome) in outcomes {
+            if case .failed(let error) = outcome {
+                logger.warning("could not remove the rotated token", [("app", appID), ("upstream", name), ("request_id", requestID),
+                                                                      ("token", Redact.token(previous)), ("code", error.code.rawValue)])
+            }
+        }
+    }
+
+    // MARK: Unregister
+
+    private func unregister(_ pushToken: String, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
+        let deduper = self.deduper
+        let appID = app.policy.id
+        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
+            await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: pushToken), app: appID)
+            do {
+                _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: pushToken), operation: .unregister)
+                return .forwarded
+            } catch {
+                return .failed(error)
+            }
+        }
+        return try app.answer(outcomes, logger: logger, requestID: requestID)
+    }
+
+    // MARK: Events
+
+    private func report(_ events: [EngagementEvent], session: Session, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
+        let contactID = session.contactID
+        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
+            guard caller.adapter.acceptsEvents else { return .skipped }
+            do {
+                _ = try await caller.call(caller.adapter.eventsRequest(events, contactID: contactID), operation: .events)
+                return .forwarded
+            } catch {
+                return .failed(error)
+            }
+        }
+        var answer = try app.answer(outcomes, logger: logger, requestID: requestID)
+        answer.members.insert(JSONMember("accepted", .number(String(events.count))), at: 0)
+        return answer
+    }
+}
+
+/// What happened at one upstream for one request.
+enum UpstreamOutcome: Sendable {
+    case forwarded, unchanged, skipped
+    case failed(ContractError)
+
+    var name: String {
+        switch self {
+        case .forwarded: return "forwarded"
+        case .unchanged: return "unchanged"
+        case .skipped: return "skipped"
+        case .failed: return "failed"
+        }
+    }
+}
+
+/// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one.
+enum RequestID {
+    static func from(_ headers: HTTPHeaders) -> String {
+        if let given = headers["X-Request-Id"], isSane(given) { return given }
+        return Base64URL.encode(SecureRandom.bytes(12))
+    }
+
+    static func isSane(_ value: String) -> Bool {
+        guard !value.isEmpty, value.utf8.count <= 128 else { return false }
+        return value.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: ":"), UInt8(ascii: "-"):
+                return true
+            default:
+                return false
+            }
+        }
+    }
+}
+
+/// The value cached for a registration: a hash of everything that was forwarded (URL and body,
+/// which carry the token, the contact and the metadata), so any change is forwarded again.
+enum Fingerprint {
+    static func of(_ request: HTTPClientRequest) -> String {
+        var material = Array(request.method.utf8)
+        material.append(0)
+        material.append(contentsOf: request.url.utf8)
+        material.append(0)
+        material.append(contentsOf: request.body)
+        return String(SHA256.hex(SHA256.hash(material)).prefix(32))
+    }
+}
+
+/// The JSON responses every route shares.
+enum Responses {
+    static func json(_ status: Int, _ body: JSONValue, requestID: String, extra: HTTPHeaders = [:]) -> HTTPResponse {
+        var headers: HTTPHeaders = [
+            "Content-Type": "application/json",
+            "X-Request-Id": requestID,
+            "Cache-Control": "no-store",
+        ]
+        for field in extra { headers.add(field.name, field.value) }
+        return HTTPResponse(status: status, headers: headers, body: body.encoded())
+    }
+
+    static func error(_ error: ContractError, requestID: String) -> HTTPResponse {
+        var headers: HTTPHeaders = [
+            "Content-Type": "application/json",
+            "X-Request-Id": requestID,
+            "Cache-Control": "no-store",
+        ]
+        if let retryAfter = error.retryAfter { headers.add("Retry-After", String(retryAfter)) }
+        if error.code == .methodNotAllowed { headers.add("Allow", "POST") }
+        if error.code == .unauthorized { headers.add("WWW-Authenticate", "Bearer") }
+        return HTTPResponse(status: error.status, headers: headers, body: error.envelope(requestID: requestID))
+    }
+}

@@ -1,0 +1,203 @@
+import HTTPClient
+import HTTPServer
+import PWCore
+import PWPolicy
+import RedisClient
+import SessionAuth
+
+/// Process-level settings that are not policy: where to listen, which store, how loud to log.
+/// Flags win over `PUSHWARDEN_*` environment variables, which win over these defaults.
+public struct ServeConfiguration: Sendable {
+    public var listen: HostPort
+    public var admin: HostPort
+    /// `redis://...`; nil runs on the embedded in-memory store.
+    public var redisURL: String?
+    public var logLevel: Logger.Level
+    /// Server threads per listener (0: one per core).
+    public var threads: Int
+    /// How long in-flight requests may take to finish on shutdown.
+    public var shutdownGraceSeconds: Double
+
+    public init(listen: HostPort = HostPort(host: "127.0.0.1", port: 8080), admin: HostPort = HostPort(host: "127.0.0.1", port: 9090),
+                redisURL: String? = nil, logLevel: Logger.Level = .info, threads: Int = 0, shutdownGraceSeconds: Double = 10) {
+        self.listen = listen
+        self.admin = admin
+        self.redisURL = redisURL
+        self.logLevel = logLevel
+        self.threads = threads
+        self.shutdownGraceSeconds = shutdownGraceSeconds
+    }
+}
+
+/// `HOST:PORT`, with IPv6 hosts in brackets (`[::1]:8080`).
+public struct HostPort: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    public init?(_ text: String) {
+        var host: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+            if host.contains(":") { return nil }
+        }
+        if host.isEmpty { host = "0.0.0.0" }
+        guard let port = Int(portText), (0...65535).contains(port) else { return nil }
+        self.host = String(host)
+        self.port = port
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// Why the sidecar cannot start: the message is for the operator and never holds a secret.
+public struct StartupError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The running sidecar: the client listener, the admin listener, the store and the upstream client.
+public final class Sidecar: Sendable {
+    public let metrics: Metrics
+    private let clientServer: HTTPServer
+    private let adminServer: HTTPServer
+    private let httpClient: HTTPClient?
+    private let redis: RedisClient?
+    private let logger: Logger
+
+    /// The bound client port (useful when configured with port 0).
+    public var port: Int { clientServer.port }
+    public var adminPort: Int { adminServer.port }
+
+    /// Resolves every secret, builds every app and starts both listeners.
+    ///
+    /// - Parameters:
+    ///   - store: overrides the store chosen by `configuration.redisURL` (tests).
+    ///   - transport: overrides the network for real providers (tests).
+    public init(policy: Policy, configuration: ServeConfiguration, logger: Logger,
+                secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
+                transport: (any UpstreamTransport)? = nil) throws(StartupError) {
+        self.logger = logger
+        let metrics = Metrics()
+        self.metrics = metrics
+
+        let chosenStore: any DedupeStore
+        if let store {
+            chosenStore = store
+            redis = nil
+        } else if let url = configuration.redisURL {
+            let redisConfiguration: RedisConfiguration
+            do {
+                redisConfiguration = try RedisConfiguration(url: url)
+            } catch {
+                throw StartupError("invalid Redis URL: \(error.detail)")
+            }
+            let client = RedisClient(configuration: redisConfiguration)
+            redis = client
+            chosenStore = RedisStore(client: client)
+        } else {
+            redis = nil
+            chosenStore = MemoryStore()
+        }
+
+        let network: any UpstreamTransport
+        if let transport {
+            network = transport
+            httpClient = nil
+        } else {
+            do {
+                let client = try HTTPClient()
+                httpClient = client
+                network = client
+            } catch {
+                throw StartupError("cannot start the upstream HTTP client: \(error.detail)")
+            }
+        }
+
+        var apps: [String: AppRuntime] = [:]
+        for app in policy.apps {
+            apps[app.id] = try Self.build(app, secrets: secrets, network: network, metrics: metrics, logger: logger)
+        }
+
+        let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
+        let handler = ClientAPIHandler(apps: apps, deduper: deduper, rateLimiter: RateLimiter(), metrics: metrics,
+                                       logger: logger.with(label: "client-api"))
+        let threads = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
+        do {
+            clientServer = try HTTPServer(
+                configuration: HTTPServerConfiguration(host: configuration.listen.host, port: configuration.listen.port, threads: threads),
+                handler: handler)
+        } catch {
+            throw StartupError("cannot listen on \(configuration.listen): \(error.message)")
+        }
+        do {
+            adminServer = try HTTPServer(
+                configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1),
+                handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true))
+        } catch {
+            throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
+        }
+        logger.info("pushwarden listening", [
+            ("listen", HostPort(host: configuration.listen.host, port: clientServer.port).description),
+            ("admin", HostPort(host: configuration.admin.host, port: adminServer.port).description),
+            ("store", chosenStore.kind), ("policy", policy.sourcePath), ("apps", policy.apps.map(\.id).joined(separator: ",")),
+        ])
+    }
+
+    private static func build(_ app: AppPolicy, secrets: some SecretResolving, network: any UpstreamTransport,
+                              metrics: Metrics, logger: Logger) throws(StartupError) -> AppRuntime {
+        let sessions: SessionVerifier
+        do {
+            sessions = try SessionVerifier(policy: app.session, secrets: secrets)
+        } catch {
+            throw StartupError("app \(app.id): session: \(error)")
+        }
+        var callers: [UpstreamCaller] = []
+        for upstream in app.upstreams {
+            let adapter: any UpstreamAdapter
+            var transport = network
+            switch upstream.provider {
+            case .voyado(let config):
+                let key: [UInt8]
+                do {
+                    key = try secrets.resolve(config.apiKey)
+                } catch {
+                    throw StartupError("app \(app.id): upstream \(upstream.name): \(error)")
+                }
+                adapter = VoyadoAdapter(name: upstream.name, config: config, apiKey: key)
+            case .dryRun(let config):
+                let emulated = VoyadoAdapter(name: upstream.name,
+                                             config: VoyadoConfig(basePath: "https://dry-run.invalid/\(config.emulates)", apiKey: .env("-")),
+                                             apiKey: Array("dry-run".utf8))
+                adapter = emulated
+                transport = DryRunTransport(logger: logger.with(label: "dry_run"), answer: { emulated.emulatedResponse(to: $0) })
+            }
+            callers.append(UpstreamCaller(adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
+                                          logger: logger.with(label: "upstream")))
+        }
+        callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }
+        return AppRuntime(policy: app, sessions: sessions, upstreams: callers)
+    }
+
+    /// Stops accepting, lets in-flight requests finish within the grace period, then releases
+    /// the upstream client and the store.
+    public func shutdown(gracePeriodSeconds: Double) async {
+        logger.info("shutting down", [("grace_seconds", String(gracePeriodSeconds))])
+        await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
+        await adminServer.shutdown(gracePeriodSeconds: 1)
+        httpClient?.shutdown()
+        redis?.close()
+        logger.info("stopped")
+    }
+}

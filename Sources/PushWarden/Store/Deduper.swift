@@ -1,0 +1,121 @@
+import PWCore
+import PWCrypto
+
+/// Where dedupe state lives for one (app, upstream, token): a hash, never the raw token.
+public struct DedupeKeys: Sendable, Equatable {
+    public var entry: String
+    public var lock: String
+
+    public init(app: String, upstream: String, pushToken: String) {
+        var material = Array(app.utf8)
+        material.append(0)
+        material.append(contentsOf: upstream.utf8)
+        material.append(0)
+        material.append(contentsOf: pushToken.utf8)
+        let digest = SHA256.hex(SHA256.hash(material))
+        entry = "pw:v1:reg:" + digest
+        lock = "pw:v1:lock:" + digest
+    }
+}
+
+/// The outcome of one upstream for one registration.
+public enum DedupeOutcome: Sendable, Equatable {
+    /// The upstream took it; the fingerprint is now cached.
+    case forwarded
+    /// The same content was already accepted within `refresh_after`: no upstream call.
+    case unchanged
+}
+
+/// Decides whether a registration must reach an upstream, and makes sure concurrent identical
+/// registrations (in this process or in others sharing the store) produce exactly one call.
+///
+/// The cache is written only after the upstream accepted, so a failure is never remembered as a
+/// success. When the store fails, dedupe degrades to a no-op: the registration is forwarded, the
+/// failure logged and counted.
+public struct Deduper: Sendable {
+    public let store: any DedupeStore
+    let metrics: Metrics
+    let logger: Logger
+    /// How long a waiter sleeps between looks at a lock held by someone else.
+    let pollMillis: Int
+
+    public init(store: any DedupeStore, metrics: Metrics, logger: Logger, pollMillis: Int = 10) {
+        self.store = store
+        self.metrics = metrics
+        self.logger = logger
+        self.pollMillis = pollMillis
+    }
+
+    /// Runs `forward` unless `fingerprint` is already current for `keys`.
+    ///
+    /// - Parameters:
+    ///   - lockMillis: how long the in-flight lock may live: at least the upstream call's whole
+    ///     budget, so that a crashed holder's lock expires and waiters take over.
+    ///   - forward: the upstream call; its error is rethrown and nothing is cached.
+    public func register(
+        keys: DedupeKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
+        forward: @Sendable () async throws(ContractError) -> Void
+    ) async throws(ContractError) -> DedupeOutcome {
+        let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
+        let owner = Base64URL.encode(SecureRandom.bytes(12))
+        while true {
+            let cached: String?
+            let acquired: Bool
+            do {
+                cached = try await store.get(keys.entry)
+                if cached == fingerprint { return .unchanged }
+                acquired = try await store.acquire(keys.lock, owner: owner, ttlMillis: lockMillis)
+            } catch {
+                degrade(error, app: app)
+                try await forward()
+                return .forwarded
+            }
+            if acquired {
+                // Someone may have finished between our GET and our lock.
+                if (try? await store.get(keys.entry)) == fingerprint {
+                    try? await store.release(keys.lock, owner: owner)
+                    return .unchanged
+                }
+                do {
+                    try await forward()
+                } catch {
+                    try? await store.release(keys.lock, owner: owner)
+                    throw error
+                }
+                do {
+                    try await store.set(keys.entry, fingerprint, ttlSeconds: refreshAfterSeconds)
+                    try await store.release(keys.lock, owner: owner)
+                } catch {
+                    degrade(error, app: app)
+                }
+                return .forwarded
+            }
+            // Another request holds the lock: wait for it to finish, then look again.
+            if MonotonicClock.nowMillis() >= deadline {
+                // The holder outlived its budget; forwarding twice beats losing a registration.
+                try await forward()
+                return .forwarded
+            }
+            try? await Task.sleep(for: .milliseconds(pollMillis))
+        }
+    }
+
+    /// Forgets the token so that the next registration is forwarded.
+    public func forget(keys: DedupeKeys, app: String) async {
+        do {
+            try await store.delete(keys.entry)
+        } catch {
+            degrade(error, app: app)
+        }
+    }
+
+    private func degrade(_ error: StoreError, app: String) {
+        metrics.dedupeDegraded(app: app)
+        logger.warning("dedupe store unavailable; forwarding without dedupe", [("app", app), ("store", store.kind), ("error", error.detail)])
+    }
+}
+
+/// Monotonic milliseconds, for deadlines that must not jump with the wall clock.
+public enum MonotonicClock {
+    public static func nowMillis() -> UInt64 { MemoryStore.monotonicNanos() / 1_000_000 }
+}

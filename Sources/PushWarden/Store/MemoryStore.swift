@@ -1,0 +1,84 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+
+/// The embedded store: one process, nothing shared, nothing survives a restart.
+///
+/// Thread-safe through one `Mutex`. Expired entries are dropped when read and swept every
+/// `sweepInterval` writes, so memory tracks the live entries.
+public final class MemoryStore: DedupeStore {
+    private struct Entry {
+        var value: String
+        var expiresAt: UInt64  // monotonic nanoseconds
+    }
+
+    private struct State {
+        var entries: [String: Entry] = [:]
+        var writesSinceSweep = 0
+    }
+
+    private let state = Mutex(State())
+    private let sweepInterval = 4096
+    public let kind = "memory"
+
+    public init() {}
+
+    public func get(_ key: String) async throws(StoreError) -> String? {
+        let now = Self.monotonicNanos()
+        return state.withLock { state in
+            guard let entry = state.entries[key] else { return nil }
+            if entry.expiresAt <= now {
+                state.entries[key] = nil
+                return nil
+            }
+            return entry.value
+        }
+    }
+
+    public func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError) {
+        write(key, value, ttlNanos: UInt64(max(ttlSeconds, 1)) * 1_000_000_000)
+    }
+
+    public func delete(_ key: String) async throws(StoreError) {
+        _ = state.withLock { $0.entries.removeValue(forKey: key) }
+    }
+
+    public func acquire(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
+        let now = Self.monotonicNanos()
+        return state.withLock { state in
+            if let entry = state.entries[key], entry.expiresAt > now { return false }
+            state.entries[key] = Entry(value: owner, expiresAt: now + UInt64(max(ttlMillis, 1)) * 1_000_000)
+            return true
+        }
+    }
+
+    public func release(_ key: String, owner: String) async throws(StoreError) {
+        state.withLock { state in
+            if state.entries[key]?.value == owner { state.entries[key] = nil }
+        }
+    }
+
+    public func isReachable() async -> Bool { true }
+
+    /// Live and not yet swept entries, for tests and metrics.
+    public var count: Int { state.withLock { $0.entries.count } }
+
+    private func write(_ key: String, _ value: String, ttlNanos: UInt64) {
+        let now = Self.monotonicNanos()
+        state.withLock { state in
+            state.entries[key] = Entry(value: value, expiresAt: now + ttlNanos)
+            state.writesSinceSweep += 1
+            if state.writesSinceSweep >= sweepInterval {
+                state.writesSinceSweep = 0
+                state.entries = state.entries.filter { $0.value.expiresAt > now }
+            }
+        }
+    }
+
+    static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}

@@ -1,0 +1,102 @@
+import HTTPClient
+import PWCore
+import PWCrypto
+import PWPolicy
+
+/// Sends one operation to one upstream: timeouts, retries with exponential backoff and full
+/// jitter on network errors, 5xx and 429 (honouring `Retry-After`), all within a deadline, and the
+/// provider's verdict mapped to the contract's codes.
+public struct UpstreamCaller: Sendable {
+    public let adapter: any UpstreamAdapter
+    public let policy: UpstreamPolicy
+    let transport: any UpstreamTransport
+    let metrics: Metrics
+    let logger: Logger
+
+    public init(adapter: any UpstreamAdapter, policy: UpstreamPolicy, transport: any UpstreamTransport, metrics: Metrics, logger: Logger) {
+        self.adapter = adapter
+        self.policy = policy
+        self.transport = transport
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// The longest one call may take, every attempt and backoff included. Dedupe locks live at
+    /// least this long.
+    public var budgetMillis: Int {
+        policy.timeoutMillis * policy.retry.attempts + policy.retry.maxBackoffMillis * (policy.retry.attempts - 1)
+    }
+
+    /// - Throws: `upstream_rejected` (422), `upstream_auth_failed` (502) or
+    ///   `upstream_unavailable` (503, with `Retry-After`).
+    public func call(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(ContractError) -> HTTPClientResponse {
+        let deadline = MonotonicClock.nowMillis() + UInt64(budgetMillis)
+        var attempt = 0
+        var lastRetryAfter: Int?
+        while true {
+            attempt += 1
+            let now = MonotonicClock.nowMillis()
+            let remaining = deadline > now ? Int(deadline - now) : 0
+            var attemptRequest = request
+            attemptRequest.timeoutMillis = max(1, min(policy.timeoutMillis, remaining))
+            attemptRequest.connectTimeoutMillis = min(attemptRequest.connectTimeoutMillis, attemptRequest.timeoutMillis)
+
+            let started = MonotonicClock.nowMillis()
+            let verdict: UpstreamVerdict
+            var response: HTTPClientResponse?
+            do {
+                let r = try await transport.send(attemptRequest)
+                response = r
+                verdict = adapter.verdict(for: r, operation: operation)
+            } catch {
+                record(operation, "network_error", since: started)
+                logger.warning("upstream unreachable", [("upstream", adapter.name), ("operation", operation.rawValue),
+                                                        ("attempt", String(attempt)), ("error", "\(error.kind)")])
+                verdict = .retry(afterSeconds: nil)
+            }
+
+            switch verdict {
+            case .accepted:
+                record(operation, "accepted", since: started)
+                return response ?? HTTPClientResponse(status: 202, headers: [:], body: [])
+            case .rejected(let code):
+                record(operation, "rejected", since: started)
+                logger.warning("upstream rejected", [("upstream", adapter.name), ("operation", operation.rawValue),
+                                                     ("status", String(response?.status ?? 0)), ("upstream_code", code ?? "")])
+                throw ContractError(.upstreamRejected, "\(adapter.name) refused the request", upstreamCode: code)
+            case .authFailed:
+                record(operation, "auth_failed", since: started)
+                logger.error("upstream refused PushWarden's credential: check the policy's secret", [
+                    ("upstream", adapter.name), ("operation", operation.rawValue), ("status", String(response?.status ?? 0)),
+                ])
+                throw ContractError(.upstreamAuthFailed, "the push provider refused this service's credential")
+            case .retry(let afterSeconds):
+                if response != nil { record(operation, "retryable", since: started) }
+                lastRetryAfter = afterSeconds ?? lastRetryAfter
+                let wait = backoffMillis(attempt: attempt, retryAfterSeconds: afterSeconds)
+                let nowAfter = MonotonicClock.nowMillis()
+                let left = deadline > nowAfter ? Int(deadline - nowAfter) : 0
+                guard attempt < policy.retry.attempts, wait < left else {
+                    let retryAfter = lastRetryAfter ?? max(1, (policy.retry.maxBackoffMillis + 999) / 1000)
+                    throw ContractError(.upstreamUnavailable, "\(adapter.name) is unavailable; try again later", retryAfter: retryAfter)
+                }
+                try? await Task.sleep(for: .milliseconds(wait))
+            }
+        }
+    }
+
+    /// Full jitter (a random wait up to the exponential bound), unless the provider said how
+    /// long to wait.
+    func backoffMillis(attempt: Int, retryAfterSeconds: Int?) -> Int {
+        if let retryAfterSeconds { return retryAfterSeconds * 1000 }
+        let exponential = policy.retry.backoffMillis << min(attempt - 1, 16)
+        let bound = max(1, min(policy.retry.maxBackoffMillis, exponential))
+        let random = SecureRandom.bytes(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        return Int(random % UInt32(bound)) + 1
+    }
+
+    private func record(_ operation: UpstreamOperation, _ outcome: String, since started: UInt64) {
+        let seconds = Double(MonotonicClock.nowMillis() - started) / 1000
+        metrics.upstreamCall(upstream: adapter.name, operation: operation.rawValue, outcome: outcome, seconds: seconds)
+    }
+}

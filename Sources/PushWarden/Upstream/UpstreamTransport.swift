@@ -1,0 +1,69 @@
+import HTTPClient
+import PWCore
+
+/// The seam between PushWarden and the network: production sends with libcurl, `dry_run` logs
+/// instead, tests may substitute their own.
+public protocol UpstreamTransport: Sendable {
+    func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse
+}
+
+extension HTTPClient: UpstreamTransport {
+    public func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
+        try await execute(request)
+    }
+}
+
+/// Sends nothing: logs the exact request it would send, with secrets and push tokens redacted,
+/// and answers as the emulated provider would.
+public struct DryRunTransport: UpstreamTransport {
+    let logger: Logger
+    let answer: @Sendable (HTTPClientRequest) -> HTTPClientResponse
+
+    public init(logger: Logger, answer: @escaping @Sendable (HTTPClientRequest) -> HTTPClientResponse) {
+        self.logger = logger
+        self.answer = answer
+    }
+
+    public func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
+        var headers: [String] = []
+        for field in request.headers {
+            headers.append("\(field.name): \(Self.isSecretHeader(field.name) ? "<redacted>" : field.value)")
+        }
+        logger.info("dry_run: would send", [
+            ("method", request.method),
+            ("url", request.url),
+            ("headers", headers.joined(separator: "; ")),
+            ("body", Self.redactedBody(request.body)),
+        ])
+        return answer(request)
+    }
+
+    static func isSecretHeader(_ name: String) -> Bool {
+        let lower = name.lowercased()
+        return lower == "authorization" || lower.contains("key") || lower.contains("token") || lower == "cookie"
+    }
+
+    /// The body with every token- or key-like string value replaced by its short hash.
+    static func redactedBody(_ body: [UInt8]) -> String {
+        guard let json = try? JSONValue.parse(body) else { return "<\(body.count) bytes, not JSON>" }
+        return redact(json).encodedString()
+    }
+
+    private static func redact(_ value: JSONValue, key: String = "") -> JSONValue {
+        switch value {
+        case .object(let object):
+            return .object(JSONObject(object.members.map { JSONMember($0.key, redact($0.value, key: $0.key)) }))
+        case .array(let elements):
+            return .array(elements.map { redact($0, key: key) })
+        case .string(let s):
+            let lower = key.lowercased()
+            if lower.contains("token") || lower.contains("key") || lower.contains("secret") || lower == "auth"
+                || lower == "p256dh" || lower == "endpoint" {
+                return .string(Redact.token(s))
+            }
+            return value
+        default:
+            return value
+        }
+    }
+}

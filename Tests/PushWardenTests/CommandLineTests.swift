@@ -1,0 +1,108 @@
+import Foundation
+import HTTPClient
+import PWCore
+import Testing
+
+/// The `pushwarden` binary as an operator runs it: the README walkthrough, end to end.
+@Suite struct CommandLineTests {
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static var binary: URL {
+        // Tests run from .build/<config>/; the executable sits beside the test bundle.
+        let candidates = [
+            Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("pushwarden"),
+            Bundle.main.bundleURL.appendingPathComponent("pushwarden"),
+            packageRoot.appendingPathComponent(".build/debug/pushwarden"),
+        ]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[2]
+    }
+
+    struct Run { var status: Int32; var stdout: String; var stderr: String }
+
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        process.currentDirectoryURL = packageRoot
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    @Test func policyCheckExitCodes() throws {
+        let good = try Self.run(["policy", "check", "policies/example.yaml"])
+        #expect(good.status == 0, "\(good.stdout)\(good.stderr)")
+        let bad = FileManager.default.temporaryDirectory.appendingPathComponent("bad-\(UUID().uuidString).yaml")
+        try "version: 1\napps:\n  demo:\n    sesion: {}\n".write(to: bad, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: bad) }
+        let result = try Self.run(["policy", "check", bad.path])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("\(bad.path):4:5:"))
+    }
+
+    @Test func readmeWalkthroughOnTheExamplePolicy() async throws {
+        let secret = "walkthrough-secret-0123456789abcdef0123"
+        let env = ["PUSHWARDEN_DEMO_SESSION_SECRET": secret]
+        let minted = try Self.run(["dev-token", "--policy", "policies/example.yaml", "--app", "demo", "--contact", "alice"], environment: env)
+        try #require(minted.status == 0, "\(minted.stderr)")
+        let token = minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(token.split(separator: ".").count == 3)
+
+        let process = Process()
+        process.executableURL = Self.binary
+        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+        process.currentDirectoryURL = Self.packageRoot
+        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+
+        // The first log line names the bound ports.
+        var logText = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !logText.contains("pushwarden listening"), Date() < deadline {
+            let chunk = err.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            logText += String(decoding: chunk, as: UTF8.self)
+        }
+        let line = try #require(logText.split(separator: "\n").first { $0.contains("pushwarden listening") })
+        let fields = try #require(try JSONValue.parse(String(line)).objectValue)
+        let listen = try #require(fields["listen"]?.stringValue)
+        let admin = try #require(fields["admin"]?.stringValue)
+
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        func post(_ path: String, _ body: String) async throws -> JSONObject? {
+            let response = try await client.execute(.init(method: "POST", url: "http://\(listen)/v1/apps/demo\(path)",
+                headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"], body: Array(body.utf8)))
+            #expect(response.status == 202, "\(String(decoding: response.body, as: UTF8.self))")
+            return (try? JSONValue.parse(response.body))?.objectValue
+        }
+        let apns = String(repeating: "ab", count: 32)
+        let first = try await post("/installations", #"{"platform":"ios","push_token":"\#(apns)"}"#)
+        #expect(first?["upstreams"]?.objectValue?["voyado"] == "forwarded")
+        let second = try await post("/installations", #"{"platform":"ios","push_token":"\#(apns)"}"#)
+        #expect(second?["upstreams"]?.objectValue?["voyado"] == "unchanged")
+        let third = try await post("/installations/unregister", #"{"push_token":"\#(apns)"}"#)
+        #expect(third?["upstreams"]?.objectValue?["voyado"] == "forwarded")
+        let ready = try await client.execute(.init(method: "GET", url: "http://\(admin)/readyz"))
+        #expect(ready.status == 200)
+
+        process.interrupt()  // SIGINT, like Ctrl-C; SIGTERM takes the same path
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        logText += String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(logText.contains("dry_run: would send"))
+        #expect(logText.contains("stopped"))
+        #expect(!logText.contains(apns))
+        #expect(!logText.contains(token))
+    }
+}

@@ -1,0 +1,36 @@
+-- wrk script: POST registrations, each with its own session token from a pool.
+-- MODE=hit: token i always pairs with session i, so after the warm-up every request is a dedupe hit.
+-- MODE=miss: every request carries a push token never sent before, so every request is forwarded.
+local sessions = {}
+local mode = os.getenv("MODE") or "hit"
+local app = os.getenv("APP") or "bench"
+local counter = 0
+local thread_id = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("tid", #threads)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  for line in io.lines(os.getenv("SESSIONS")) do sessions[#sessions + 1] = line end
+  thread_id = tid or 0
+  counter = thread_id * 1000003
+end
+
+request = function()
+  counter = counter + 1
+  local i = counter % #sessions
+  local token
+  if mode == "hit" then
+    token = string.format("bench-hit-token-%08d-aaaaaaaaaaaaaaaaaaaa", i)
+  else
+    token = string.format("bench-miss-token-%s-%d-%d-aaaaaaaaaaaa", os.getenv("RUN_ID") or "x", thread_id, counter)
+  end
+  -- contact_id equals the session's contact, so PushWarden accepts it and nginx's proxy
+  -- baseline sends the mock a body it accepts too.
+  local body = '{"platform":"android","push_token":"' .. token .. '","contact_id":"contact-' .. i .. '"}'
+  local headers = { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. sessions[i + 1] }
+  return wrk.format("POST", "/v1/apps/" .. app .. "/installations", headers, body)
+end
