@@ -91,16 +91,18 @@ public final class RedisServer: Sendable {
         ]
         if let password { arguments += ["--requirepass", password] }
 
-        // $1: pid to watch, $2: pid file, the rest: the redis command line.
+        // $1: pid to watch, $2: pid file, the rest: the redis command line. Processes spawned from
+        // the test process inherit a signal mask that blocks SIGTERM, so redis is stopped with
+        // SIGKILL (it persists nothing, so nothing is lost).
         let script = """
             parent=$1; pidfile=$2; shift 2
             "$@" &
             child=$!
             echo $child > "$pidfile"
-            trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT HUP
             while kill -0 "$parent" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.1; done
-            kill -TERM $child 2>/dev/null
+            kill -KILL $child 2>/dev/null
             wait $child
+            kill -0 "$parent" 2>/dev/null || rm -rf "${pidfile%/*}"
             """
         let watchdog = Process()
         watchdog.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -133,22 +135,27 @@ public final class RedisServer: Sendable {
         throw StartError(description: "redis-server on port \(port) did not answer within 5 s; its output:\n\(output)")
     }
 
-    /// Stops redis (SIGTERM, then SIGKILL after 3 s) and removes its directory. Idempotent.
+    /// Stops redis (SIGKILL; the watchdog then reaps it and exits) and removes its directory.
+    /// Returns once the port is free again. Idempotent.
     public func stop() {
         let (watchdog, directory): (Process?, URL) = running.withLock { running in
             defer { running.watchdog = nil }
             return (running.watchdog, running.directory)
         }
         guard let watchdog else { return }
-        let pidText = (try? String(contentsOf: directory.appendingPathComponent("redis.pid"), encoding: .utf8)) ?? ""
-        let redisPID = pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines))
-        if watchdog.isRunning { kill(watchdog.processIdentifier, SIGTERM) }
-        let deadline = Date().addingTimeInterval(3)
-        while watchdog.isRunning, Date() < deadline { usleep(10_000) }
-        if watchdog.isRunning {
-            if let redisPID { kill(redisPID, SIGKILL) }
-            kill(watchdog.processIdentifier, SIGKILL)
+        let pidFile = directory.appendingPathComponent("redis.pid")
+        var redisPID: pid_t?
+        let pidDeadline = Date().addingTimeInterval(1)
+        while redisPID == nil, watchdog.isRunning, Date() < pidDeadline {
+            let text = (try? String(contentsOf: pidFile, encoding: .utf8)) ?? ""
+            redisPID = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            if redisPID == nil { usleep(5_000) }
         }
+        // Only while the watchdog runs has it not reaped redis, so the pid cannot have been reused.
+        if watchdog.isRunning, let redisPID { kill(redisPID, SIGKILL) }
+        let deadline = Date().addingTimeInterval(3)
+        while watchdog.isRunning, Date() < deadline { usleep(5_000) }
+        if watchdog.isRunning { kill(watchdog.processIdentifier, SIGKILL) }
         watchdog.waitUntilExit()
         try? FileManager.default.removeItem(at: directory)
     }

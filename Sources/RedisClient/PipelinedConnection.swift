@@ -154,34 +154,42 @@ final class PipelinedConnection: Sendable {
                     context = connected
                     state.withLock { $0.downUntil = 0 }
                 case .failure(let error):
-                    let backoff = UInt64(max(0, configuration.reconnectBackoffMillis)) * 1_000_000
-                    state.withLock {
-                        $0.downUntil = monotonicNanos() + backoff
-                        $0.lastFailure = error.detail
-                    }
+                    backOff(after: error)
                     fail(batch[...], with: error)
                     batch.removeAll(keepingCapacity: true)
                     continue
                 }
             }
-            if !execute(batch, on: context!) {
-                context = nil  // frees the broken context; the next batch reconnects
+            if let error = execute(batch, on: context!) {
+                context = nil  // frees the broken context; a later batch reconnects
+                // A hung Redis accepts connections but never answers: back off so it costs
+                // requests nothing. A merely broken connection (EOF) reconnects at once.
+                if error.kind == .timeout { backOff(after: error) }
             }
             batch.removeAll(keepingCapacity: true)
         }
         context = nil
     }
 
-    /// Pipelines `batch` and resumes every caller. Returns false when the connection broke; then
-    /// every command without a reply has been failed.
-    private func execute(_ batch: [PendingCommand], on context: HiredisContext) -> Bool {
+    private func backOff(after error: RedisError) {
+        let backoff = UInt64(max(0, configuration.reconnectBackoffMillis)) * 1_000_000
+        state.withLock {
+            $0.downUntil = monotonicNanos() + backoff
+            $0.lastFailure = error.detail
+        }
+    }
+
+    /// Pipelines `batch` and resumes every caller. Returns the error when the connection broke;
+    /// then every command without a reply has been failed with it.
+    private func execute(_ batch: [PendingCommand], on context: HiredisContext) -> RedisError? {
         for command in batch where !context.append(command.arguments) {
-            fail(batch[...], with: RedisError(kind: .unavailable, detail: "cannot buffer command"))
-            return false
+            let error = RedisError(kind: .unavailable, detail: "cannot buffer command")
+            fail(batch[...], with: error)
+            return error
         }
         if let error = context.flush() {
             fail(batch[...], with: error)
-            return false
+            return error
         }
         for index in batch.indices {
             switch context.readReply() {
@@ -189,10 +197,10 @@ final class PipelinedConnection: Sendable {
                 batch[index].continuation.resume(returning: .success(reply))
             case .failure(let error):
                 fail(batch[index...], with: error)
-                return false
+                return error
             }
         }
-        return true
+        return nil
     }
 
     private func fail(_ commands: ArraySlice<PendingCommand>, with error: RedisError) {

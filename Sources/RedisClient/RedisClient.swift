@@ -7,10 +7,11 @@ import Synchronization
 /// go before reading their replies in order. Many concurrent `send`s therefore share a few
 /// round trips instead of blocking a thread each.
 ///
-/// Connecting is lazy (on the first command). A connection that cannot connect fails its commands
-/// with `.unavailable` at once for `reconnectBackoffMillis`; commands then go to another connection
-/// if one is up. A timed-out or broken connection fails its in-flight commands and reconnects on
-/// the next command.
+/// Connecting is lazy (on the first command). A connection that cannot connect, or whose batch
+/// timed out, fails its commands with `.unavailable` at once for `reconnectBackoffMillis`;
+/// commands then go to another connection if one is up. A broken connection (EOF, reset) fails
+/// its in-flight commands and reconnects on the next command. Host names are resolved on the
+/// I/O thread by `getaddrinfo`, which the connect timeout does not bound: prefer IP addresses.
 ///
 /// Thread-safety: all methods may be called concurrently from any thread or task. Task
 /// cancellation does not abandon a command already queued; it completes within the timeouts.

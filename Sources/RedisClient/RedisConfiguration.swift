@@ -14,8 +14,8 @@ public struct RedisConfiguration: Sendable, Equatable {
     public var connectTimeoutMillis: Int = 200
     /// Socket send/receive timeout while a batch is in flight.
     public var commandTimeoutMillis: Int = 200
-    /// After a failed connect, commands on that connection fail at once with `.unavailable`
-    /// for this long before the next connect attempt.
+    /// After a failed connect or a command timeout, commands on that connection fail at once
+    /// with `.unavailable` for this long before the next connect attempt.
     public var reconnectBackoffMillis: Int = 500
 
     public init(
