@@ -9,6 +9,14 @@ import YAMLKit
 /// enum value, a literal secret, an alias or a tag is an error, and every error in the file is
 /// reported in one pass, each with file, line, column and path. Nothing is read besides the
 /// policy file itself: secrets and JWKS files are only named here and resolved at start-up.
+///
+/// Where CONTRACT.md is silent (also in `policies/README.md`):
+/// - integers must be unquoted (`"3"` is refused); durations, sizes and rates may be quoted;
+/// - `session.type` is required; `jwks_file` must be an absolute path;
+/// - upstream names follow the app-id rule (`[a-z0-9_-]{1,64}`): they become response keys and
+///   metric labels;
+/// - `retry.backoff` and `retry.max_backoff` lie in `1ms...1m`, backoff at most max_backoff;
+/// - diagnostics are sorted by position; a value is never echoed where a secret belongs.
 public enum PolicyLoader {
     /// The format version this build reads.
     public static let supportedVersion = 1

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Bad policy fixtures and the exact diagnostics each must produce. Line and column are 1-based
 /// and point at the offending key or value.
 struct Fixture: CustomStringConvertible, Sendable {
@@ -302,3 +304,78 @@ let badFixtures: [Fixture] = [
         "t.yaml:23:19: apps.Shop!.upstreams[1].provider: provider 'pushnotice' is not supported in this version; supported: voyado, dry_run",
     ]),
 ]
+
+/// Smaller refusals, one rule each.
+let moreBadFixtures: [Fixture] = [
+    Fixture(name: "empty file", yaml: "# nothing here\n", expected: [
+        "t.yaml:1:1: the policy file is empty; expected a mapping with keys version and apps",
+    ]),
+    Fixture(name: "root is a list", yaml: "- version: 1\n", expected: [
+        "t.yaml:1:1: expected a mapping, found a list",
+    ]),
+    Fixture(name: "two documents", yaml: "version: 1\n---\nversion: 1\n", expected: [
+        "t.yaml:2:1: a policy file holds exactly one YAML document; found a second one",
+    ]),
+    Fixture(name: "tag", yaml: "version: !!int 1\napps: {}\n", expected: [
+        "t.yaml:1:10: tag 'tag:yaml.org,2002:int' is not allowed in policy files: each key's type is fixed by the policy format",
+    ]),
+    Fixture(name: "no apps", yaml: "version: 1\napps: {}\n", expected: [
+        "t.yaml:2:7: apps: declare at least one app",
+    ]),
+    Fixture(name: "introspect sessions", yaml: minimalPolicy.replacingFirst("type: jwt", with: "type: introspect"), expected: [
+        "t.yaml:5:13: apps.shop.session.type: session type 'introspect' is not supported in this version; use jwt",
+    ]),
+    Fixture(name: "unknown provider", yaml: minimalPolicy.replacingFirst("provider: dry_run", with: "provider: apns"), expected: [
+        "t.yaml:12:19: apps.shop.upstreams[0].provider: invalid value 'apns'; expected one of: voyado, dry_run",
+    ]),
+    Fixture(name: "dry run emulating an unsupported provider",
+            yaml: minimalPolicy + "        emulates: fluxer\n", expected: [
+        "t.yaml:13:19: apps.shop.upstreams[0].emulates: emulating 'fluxer' is not supported in this version; supported: voyado",
+    ]),
+    Fixture(name: "secret with env and file",
+            yaml: minimalPolicy.replacingFirst("{env: SHOP_SESSION_SECRET}", with: "{env: A, file: /run/secrets/a}"), expected: [
+        "t.yaml:7:35: apps.shop.session.hmac_secret: give exactly one of env or file",
+    ]),
+    Fixture(name: "secret file not absolute",
+            yaml: minimalPolicy.replacingFirst("{env: SHOP_SESSION_SECRET}", with: "{file: secrets/a}"), expected: [
+        "t.yaml:7:27: apps.shop.session.hmac_secret.file: expected an absolute path (starting with /)",
+    ]),
+    Fixture(name: "both key sources",
+            yaml: minimalPolicy.replacingFirst("      hmac_secret:", with: "      jwks_file: /etc/jwks.json\n      hmac_secret:"), expected: [
+        "t.yaml:8:20: apps.shop.session.hmac_secret: give exactly one of jwks_file or hmac_secret",
+    ]),
+    Fixture(name: "no primary among several upstreams",
+            yaml: minimalPolicy + "        role: shadow\n      - name: up2\n        provider: dry_run\n        role: shadow\n", expected: [
+        "t.yaml:11:7: apps.shop.upstreams: exactly one upstream must have role primary; none has",
+    ]),
+    Fixture(name: "credentials in a URL", yaml: minimalPolicy.replacingFirst("provider: dry_run", with: """
+    provider: voyado
+            base_path: https://user:pw@example.com/api
+            api_key: {env: K}
+    """), expected: [
+        "t.yaml:13:20: apps.shop.upstreams[0].base_path: a URL must not carry credentials (user:password@); use api_key",
+    ]),
+    Fixture(name: "bad durations, sizes and rates", yaml: minimalPolicy.replacingFirst("      platforms: [ios]", with: """
+          platforms: [ios]
+          max_body: 16KB
+          rate_limits: {register: 20/day, events: fast}
+    """).replacingFirst("provider: dry_run", with: "provider: dry_run\n        timeout: 2"), expected: [
+        "t.yaml:10:17: apps.shop.client.max_body: expected a size like 512, 16KiB or 1MiB, found '16KB'",
+        "t.yaml:11:31: apps.shop.client.rate_limits.register: expected a rate like 40/s, 20/min or 1000/h, found '20/day'",
+        "t.yaml:11:47: apps.shop.client.rate_limits.events: expected a rate like 40/s, 20/min or 1000/h, found 'fast'",
+        "t.yaml:15:18: apps.shop.upstreams[0].timeout: expected a duration like 200ms, 30s, 5m, 1h or 7d, found '2'",
+    ]),
+    Fixture(name: "retry bounds", yaml: minimalPolicy + "        retry: {attempts: 11, backoff: 5s, max_backoff: 1s}\n", expected: [
+        "t.yaml:13:27: apps.shop.upstreams[0].retry.attempts: must be between 1 and 10, found 11",
+    ]),
+    Fixture(name: "backoff above max_backoff", yaml: minimalPolicy + "        retry: {backoff: 5s, max_backoff: 1s}\n", expected: [
+        "t.yaml:13:26: apps.shop.upstreams[0].retry.backoff: must not exceed max_backoff (1s)",
+    ]),
+]
+
+extension String {
+    func replacingFirst(_ target: String, with replacement: String) -> String {
+        guard let range = range(of: target) else { fatalError("fixture text '\(target)' not found") }
+        return replacingCharacters(in: range, with: replacement)
+    }
+}
