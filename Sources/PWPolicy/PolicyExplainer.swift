@@ -1,0 +1,116 @@
+/// Renders a loaded policy as plain text for a security reviewer (`pushwarden policy explain`).
+///
+/// It states what the policy lets happen: who may call, what a client may send and where it goes,
+/// what the server adds and from where, which hosts receive data and which secrets are referenced.
+/// Secrets appear only as their reference (`env:NAME`, `file:/path`); the policy holds no values.
+public enum PolicyExplainer {
+    static let registerFields = ["platform", "push_token", "push_service", "web_push_keys", "environment",
+                                 "previous_push_token", "installation_id", "app_version", "os_version",
+                                 "device_model", "locale", "timezone"]
+    static let eventFields = ["type", "message_id", "recipient_id", "occurred_at", "app_state", "deeplink", "action_id"]
+
+    public static func explain(_ policy: Policy) -> String {
+        var lines: [String] = []
+        lines.append("Policy \(policy.sourcePath) (version \(policy.version)): \(policy.apps.count) app(s)")
+        for app in policy.apps {
+            lines.append("")
+            lines.append(contentsOf: explain(app))
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func explain(_ app: AppPolicy) -> [String] {
+        var out: [String] = []
+        let base = "/v1/apps/\(app.id)"
+        out.append("App '\(app.id)' (routes under \(base))")
+
+        let session = app.session
+        out.append("  Who may call:")
+        var sources: [String] = []
+        if let header = session.header { sources.append("header \(header) as \"Bearer <token>\"") }
+        if let cookie = session.cookie {
+            sources.append(session.header == nil ? "cookie \(cookie)" : "cookie \(cookie) when the header is absent")
+        }
+        out.append("    - a signed JWT session token, read from \(sources.joined(separator: ", then "))")
+        out.append("    - accepted algorithms: \(session.algorithms.map(\.rawValue).joined(separator: ", ")) (any other, and 'none', is refused)")
+        switch session.keys {
+        case .hmacSecret(let ref): out.append("    - signature checked with the shared HMAC secret from \(ref)")
+        case .jwksFile(let path): out.append("    - signature checked with the public keys in the JWKS file \(path) (selected by kid)")
+        }
+        out.append("    - issuer (iss): " + (session.issuer.map { "must be \($0)" } ?? "not checked"))
+        out.append("    - audience (aud): " + (session.audience.map { "must include \($0)" } ?? "not checked"))
+        out.append("    - the contact is the claim '\(session.contactClaim)'; clock leeway \(Values.formatMillis(session.leewaySeconds * 1000))")
+
+        let client = app.client
+        let allUpstreams = app.upstreams.map { "'\($0.name)'" }.joined(separator: ", ")
+        out.append("  What a client may send:")
+        out.append("    - platforms: \(client.platforms.map(\.rawValue).joined(separator: ", "))")
+        out.append("    - POST \(base)/installations: \(registerFields.joined(separator: ", ")); forwarded to upstream(s) \(allUpstreams)")
+        switch client.contactID {
+        case .verify: out.append("      contact_id: accepted only when equal to the session's contact, never trusted")
+        case .reject: out.append("      contact_id: refused outright")
+        }
+        out.append("    - POST \(base)/installations/unregister: push_token; forwarded to the upstreams the token was registered with")
+        out.append("    - POST \(base)/events: up to \(client.maxEvents) events of \(eventFields.joined(separator: ", ")); forwarded to upstream(s) \(allUpstreams)")
+        switch client.unknownFields {
+        case .reject: out.append("    - any other field: refused (400 unknown_field)")
+        case .drop: out.append("    - any other field: dropped, never forwarded")
+        }
+        out.append("    - request bodies up to \(Values.formatBytes(client.maxBody))")
+        if client.rateLimits.isEmpty {
+            out.append("    - rate limits: none")
+        } else {
+            let limits = client.rateLimits.sorted { $0.key < $1.key }.map { route, limit -> String in
+                let unit = limit.perSeconds == 1 ? "s" : limit.perSeconds == 60 ? "min" : limit.perSeconds == 3600 ? "h" : "\(limit.perSeconds)s"
+                return "\(route) \(limit.requests)/\(unit)"
+            }
+            out.append("    - rate limits per contact: \(limits.joined(separator: ", "))")
+        }
+
+        out.append("  Server-held values injected:")
+        out.append("    - contact_id: from the session claim '\(session.contactClaim)'")
+        for upstream in app.upstreams {
+            if case .voyado(let config) = upstream.provider {
+                out.append("    - upstream '\(upstream.name)' API key: from \(config.apiKey)")
+            }
+        }
+
+        out.append("  Upstreams (who receives data):")
+        for upstream in app.upstreams {
+            let role = upstream.role == .primary ? "primary, answers the client" : "shadow, best effort"
+            let timing = "timeout \(Values.formatMillis(upstream.timeoutMillis)), \(upstream.retry.attempts) attempt(s)"
+            switch upstream.provider {
+            case .voyado(let config):
+                let host = hostOf(config.basePath)
+                out.append("    - '\(upstream.name)': Voyado at host \(host) (\(config.basePath)); \(role); \(upstream.delivery.rawValue) delivery; \(timing)")
+            case .dryRun(let config):
+                out.append("    - '\(upstream.name)': dry run emulating \(config.emulates); \(role); nothing leaves this host, requests are logged with secrets and tokens redacted")
+            }
+        }
+        let hosts = app.upstreams.compactMap { upstream -> String? in
+            if case .voyado(let config) = upstream.provider { return hostOf(config.basePath) }
+            return nil
+        }
+        out.append("  Hosts receiving data: " + (hosts.isEmpty ? "none (dry run only)" : uniqued(hosts).joined(separator: ", ")))
+
+        var secrets: [String] = []
+        if case .hmacSecret(let ref) = session.keys { secrets.append("\(ref) (session HMAC secret)") }
+        for upstream in app.upstreams {
+            if case .voyado(let config) = upstream.provider { secrets.append("\(config.apiKey) (upstream '\(upstream.name)' API key)") }
+        }
+        out.append("  Secrets referenced (names only): " + (secrets.isEmpty ? "none" : secrets.joined(separator: ", ")))
+        out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")
+        return out
+    }
+
+    static func hostOf(_ url: String) -> String {
+        if case .success(let parts) = URLParts.parse(url) { return parts.hostAndPort }
+        return url
+    }
+
+    static func uniqued(_ items: [String]) -> [String] {
+        var seen: [String] = []
+        for item in items where !seen.contains(item) { seen.append(item) }
+        return seen
+    }
+}

@@ -1,0 +1,528 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import YAMLKit
+
+/// Reads and strictly validates a policy file (CONTRACT.md section 2).
+///
+/// Strict means: an unknown key, a wrong type, a duplicate key, a missing required key, an invalid
+/// enum value, a literal secret, an alias or a tag is an error, and every error in the file is
+/// reported in one pass, each with file, line, column and path. Nothing is read besides the
+/// policy file itself: secrets and JWKS files are only named here and resolved at start-up.
+///
+/// Where CONTRACT.md is silent (also in `policies/README.md`):
+/// - integers must be unquoted (`"3"` is refused); durations, sizes and rates may be quoted;
+/// - `session.type` is required; `jwks_file` must be an absolute path;
+/// - upstream names follow the app-id rule (`[a-z0-9_-]{1,64}`): they become response keys and
+///   metric labels;
+/// - `retry.backoff` and `retry.max_backoff` lie in `1ms...1m`, backoff at most max_backoff;
+/// - diagnostics are sorted by position; a value is never echoed where a secret belongs.
+public enum PolicyLoader {
+    /// The format version this build reads.
+    public static let supportedVersion = 1
+
+    /// Reads the file at `path`; diagnostics name `path` as given.
+    public static func load(path: String) -> Result<Policy, PolicyDiagnostics> {
+        guard let bytes = readWholeFile(path) else {
+            let reason = String(cString: strerror(errno))
+            return .failure(PolicyDiagnostics([Diagnostic(file: path, line: 1, column: 1, path: "",
+                                                          message: "cannot read the policy file: \(reason)")]))
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            return .failure(PolicyDiagnostics([Diagnostic(file: path, line: 1, column: 1, path: "",
+                                                          message: "the policy file is not valid UTF-8")]))
+        }
+        return load(text: text, path: path)
+    }
+
+    /// Validates `text` as if read from `path` (used for messages and `Policy.sourcePath`).
+    public static func load(text: String, path: String) -> Result<Policy, PolicyDiagnostics> {
+        let checker = Checker(file: path)
+        let root: YAMLNode?
+        do {
+            root = try YAMLParser.parse(text)
+        } catch {
+            return .failure(PolicyDiagnostics(error.issues.map {
+                Diagnostic(file: path, line: $0.mark.line, column: $0.mark.column, path: "", message: $0.message)
+            }))
+        }
+        guard let root else {
+            checker.report(Mark(line: 1, column: 1), "", "the policy file is empty; expected a mapping with keys version and apps")
+            return .failure(PolicyDiagnostics(checker.diagnostics))
+        }
+        let policy = PolicyReader(checker: checker, sourcePath: path).policy(root)
+        if let policy, checker.diagnostics.isEmpty { return .success(policy) }
+        // Checks run section by section (a cross-key check may report after a later key); sort so
+        // the output reads top to bottom. The sort is stable for problems at the same place.
+        let ordered = checker.diagnostics.enumerated().sorted {
+            ($0.element.line, $0.element.column, $0.offset) < ($1.element.line, $1.element.column, $1.offset)
+        }.map(\.element)
+        return .failure(PolicyDiagnostics(ordered))
+    }
+}
+
+/// The policy schema, one function per section. Each returns nil when its section had an error
+/// (already reported), and keeps reading the sections after it.
+private struct PolicyReader {
+    let checker: Checker
+    let sourcePath: String
+
+    static let providers = ["voyado", "dry_run"]
+    static let plannedProviders = ["voidhash", "fluxer", "nativenotify", "pushnotice"]
+    static let commonUpstreamKeys = ["name", "provider", "role", "delivery", "timeout", "retry"]
+    static let providerKeys: [String: [String]] = ["voyado": ["base_path", "api_key"], "dry_run": ["emulates"]]
+
+    func policy(_ root: YAMLNode) -> Policy? {
+        let fields = Fields(checker, root, "", allowed: ["version", "apps"])
+        var version: Int?
+        if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
+            if value == PolicyLoader.supportedVersion {
+                version = value
+            } else {
+                checker.report(node.mark, "version", "unsupported version \(value); this PushWarden reads version \(PolicyLoader.supportedVersion)")
+            }
+        }
+        var apps: [AppPolicy]?
+        if let node = fields.required("apps") {
+            apps = self.apps(node)
+        }
+        guard let version, let apps else { return nil }
+        return Policy(version: version, apps: apps, sourcePath: sourcePath)
+    }
+
+    func apps(_ node: YAMLNode) -> [AppPolicy]? {
+        let fields = Fields(checker, node, "apps", allowed: nil)
+        guard fields.isMapping else { return nil }
+        if fields.keys.isEmpty && fields.isClean {
+            checker.report(node.mark, "apps", "declare at least one app")
+            return nil
+        }
+        var apps: [AppPolicy] = []
+        var complete = true
+        for (id, mark) in fields.keys {
+            let path = fields.at(id)
+            if !Self.isSafeID(id) {
+                checker.report(mark, path, "app id must be 1 to 64 characters of a-z, 0-9, _ and - (it is part of the URL path)")
+                complete = false
+            }
+            if let value = fields[id], let app = app(id: id, value, path) {
+                apps.append(app)
+            } else {
+                complete = false
+            }
+        }
+        return complete ? apps : nil
+    }
+
+    func app(id: String, _ node: YAMLNode, _ path: String) -> AppPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams"])
+        let session = fields.required("session").flatMap { self.session($0, fields.at("session")) }
+        let client = fields.required("client").flatMap { self.client($0, fields.at("client")) }
+        let dedupe = fields["dedupe"].map { self.dedupe($0, fields.at("dedupe")) } ?? DedupePolicy(refreshAfterSeconds: 7 * 86_400)
+        let upstreams = fields.required("upstreams").flatMap { self.upstreams($0, fields.at("upstreams")) }
+        guard let session, let client, let dedupe, let upstreams else { return nil }
+        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams)
+    }
+
+    // MARK: session
+
+    func session(_ node: YAMLNode, _ path: String) -> SessionPolicy? {
+        let keys = ["type", "header", "cookie", "algorithms", "jwks_file", "hmac_secret", "issuer", "audience",
+                    "contact_claim", "leeway"]
+        // Only `jwt` is implemented; an introspect block has its own keys, so do not call them unknown.
+        let typeNode = Self.rawValue(of: "type", in: node)
+        let isJWT = typeNode?.scalar == "jwt"
+        let fields = Fields(checker, node, path, allowed: isJWT || typeNode == nil ? keys : nil)
+        guard let typeNode = fields.required("type"), let type = checker.choice(typeNode, fields.at("type"), ["jwt", "introspect"]) else {
+            return nil
+        }
+        guard type == "jwt" else {
+            checker.report(typeNode.mark, fields.at("type"), "session type '\(type)' is not supported in this version; use jwt")
+            return nil
+        }
+        var ok = true
+        var header = fields["header"].flatMap { headerName($0, fields.at("header")) }
+        let cookie = fields["cookie"].flatMap { cookieName($0, fields.at("cookie")) }
+        if (fields["header"] != nil && header == nil) || (fields["cookie"] != nil && cookie == nil) { ok = false }
+        if fields["header"] == nil && fields["cookie"] == nil { header = "Authorization" }
+
+        let algorithms = fields.required("algorithms").flatMap { self.algorithms($0, fields.at("algorithms")) }
+        var keysValue: SessionPolicy.Keys?
+        switch (fields["jwks_file"], fields["hmac_secret"]) {
+        case (nil, nil):
+            checker.report(fields.mark, path, "missing required key: give one of jwks_file or hmac_secret")
+        case (_?, let hmac?):
+            checker.report(hmac.mark, fields.at("hmac_secret"), "give exactly one of jwks_file or hmac_secret")
+        case (let jwks?, nil):
+            if let file = checker.absolutePath(jwks, fields.at("jwks_file")) {
+                if let algorithms, algorithms.contains(.hs256) {
+                    checker.report(jwks.mark, fields.at("jwks_file"),
+                                   "jwks_file cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]")
+                } else {
+                    keysValue = .jwksFile(file)
+                }
+            }
+        case (nil, let hmac?):
+            if let secret = checker.secret(hmac, fields.at("hmac_secret")) {
+                if let algorithms, algorithms != [.hs256] {
+                    checker.report(hmac.mark, fields.at("hmac_secret"),
+                                   "hmac_secret works only with algorithms [HS256]; RS256 and ES256 need jwks_file")
+                } else {
+                    keysValue = .hmacSecret(secret)
+                }
+            }
+        }
+        let issuer = fields["issuer"].flatMap { checker.string($0, fields.at("issuer")) }
+        let audience = fields["audience"].flatMap { checker.string($0, fields.at("audience")) }
+        if (fields["issuer"] != nil && issuer == nil) || (fields["audience"] != nil && audience == nil) { ok = false }
+        var contactClaim: String? = "sub"
+        if let node = fields["contact_claim"] { contactClaim = checker.string(node, fields.at("contact_claim")) }
+        var leeway: Int? = 30
+        if let node = fields["leeway"] {
+            leeway = checker.duration(node, fields.at("leeway"), min: 0, max: 300_000).flatMap { millis in
+                guard millis % 1000 == 0 else {
+                    checker.report(node.mark, fields.at("leeway"), "must be a whole number of seconds")
+                    return nil
+                }
+                return millis / 1000
+            }
+        }
+        guard ok, let algorithms, let keysValue, let contactClaim, let leeway else { return nil }
+        return SessionPolicy(header: header, cookie: cookie, algorithms: algorithms, keys: keysValue, issuer: issuer,
+                             audience: audience, contactClaim: contactClaim, leewaySeconds: leeway)
+    }
+
+    func algorithms(_ node: YAMLNode, _ path: String) -> [JWTAlgorithm]? {
+        guard let items = checker.list(node, path) else { return nil }
+        if items.isEmpty {
+            checker.report(node.mark, path, "list at least one algorithm (HS256, RS256, ES256)")
+            return nil
+        }
+        var result: [JWTAlgorithm] = []
+        var ok = true
+        for (index, item) in items.enumerated() {
+            let at = Checker.index(path, index)
+            guard let text = checker.string(item, at) else { ok = false; continue }
+            if text.lowercased() == "none" {
+                checker.report(item.mark, at, "algorithm 'none' is refused: unsigned tokens would let any caller choose whose contact they act as")
+                ok = false
+                continue
+            }
+            guard let algorithm = JWTAlgorithm(rawValue: text) else {
+                checker.report(item.mark, at, "invalid value '\(Checker.clip(text))'; expected one of: HS256, RS256, ES256")
+                ok = false
+                continue
+            }
+            if result.contains(algorithm) {
+                checker.report(item.mark, at, "'\(text)' is listed twice")
+                ok = false
+                continue
+            }
+            result.append(algorithm)
+        }
+        return ok ? result : nil
+    }
+
+    func headerName(_ node: YAMLNode, _ path: String) -> String? {
+        guard let name = checker.string(node, path) else { return nil }
+        guard name.utf8.allSatisfy(Self.isTokenByte) else {
+            checker.report(node.mark, path, "expected an HTTP header name (letters, digits and -)")
+            return nil
+        }
+        return name
+    }
+
+    func cookieName(_ node: YAMLNode, _ path: String) -> String? {
+        guard let name = checker.string(node, path) else { return nil }
+        guard name.utf8.allSatisfy(Self.isTokenByte) else {
+            checker.report(node.mark, path, "expected a cookie name (letters, digits, - and _)")
+            return nil
+        }
+        return name
+    }
+
+    // MARK: client
+
+    func client(_ node: YAMLNode, _ path: String) -> ClientPolicy? {
+        let fields = Fields(checker, node, path,
+                            allowed: ["platforms", "contact_id", "unknown_fields", "max_body", "max_events", "rate_limits"])
+        guard fields.isMapping else { return nil }
+        let platforms = fields.required("platforms").flatMap { self.platforms($0, fields.at("platforms")) }
+        var contactID: ClientPolicy.ContactIDMode? = .verify
+        if let node = fields["contact_id"] {
+            contactID = checker.choice(node, fields.at("contact_id"), ["verify", "reject"]).flatMap(ClientPolicy.ContactIDMode.init)
+        }
+        var unknownFields: ClientPolicy.UnknownFields? = .reject
+        if let node = fields["unknown_fields"] {
+            unknownFields = checker.choice(node, fields.at("unknown_fields"), ["reject", "drop"]).flatMap(ClientPolicy.UnknownFields.init)
+        }
+        var maxBody: Int? = 16 * 1024
+        if let node = fields["max_body"] { maxBody = checker.size(node, fields.at("max_body"), min: 1024, max: 1024 * 1024) }
+        var maxEvents: Int? = 100
+        if let node = fields["max_events"] { maxEvents = checker.int(node, fields.at("max_events"), in: 1...1000) }
+        var rateLimits: [String: ClientPolicy.RateLimit]? = [:]
+        if let node = fields["rate_limits"] {
+            let limits = Fields(checker, node, fields.at("rate_limits"), allowed: ["register", "unregister", "events"])
+            var parsed: [String: ClientPolicy.RateLimit] = [:]
+            var ok = limits.isMapping
+            for (route, _) in limits.keys {
+                if let value = limits[route], let rate = checker.rate(value, limits.at(route)) {
+                    parsed[route] = rate
+                } else {
+                    ok = false
+                }
+            }
+            rateLimits = ok ? parsed : nil
+        }
+        guard let platforms, let contactID, let unknownFields, let maxBody, let maxEvents, let rateLimits else { return nil }
+        return ClientPolicy(platforms: platforms, contactID: contactID, unknownFields: unknownFields, maxBody: maxBody,
+                            maxEvents: maxEvents, rateLimits: rateLimits)
+    }
+
+    func platforms(_ node: YAMLNode, _ path: String) -> [Platform]? {
+        guard let items = checker.list(node, path) else { return nil }
+        if items.isEmpty {
+            checker.report(node.mark, path, "list at least one platform (ios, android, web)")
+            return nil
+        }
+        var result: [Platform] = []
+        var ok = true
+        for (index, item) in items.enumerated() {
+            let at = Checker.index(path, index)
+            guard let platform = checker.choice(item, at, Platform.allCases.map(\.rawValue)).flatMap(Platform.init) else {
+                ok = false
+                continue
+            }
+            if result.contains(platform) {
+                checker.report(item.mark, at, "'\(platform.rawValue)' is listed twice")
+                ok = false
+                continue
+            }
+            result.append(platform)
+        }
+        return ok ? result : nil
+    }
+
+    // MARK: dedupe
+
+    func dedupe(_ node: YAMLNode, _ path: String) -> DedupePolicy? {
+        let fields = Fields(checker, node, path, allowed: ["refresh_after"])
+        guard fields.isMapping else { return nil }
+        guard let refresh = fields["refresh_after"] else { return DedupePolicy(refreshAfterSeconds: 7 * 86_400) }
+        guard let millis = checker.duration(refresh, fields.at("refresh_after"), min: 60_000, max: nil) else { return nil }
+        return DedupePolicy(refreshAfterSeconds: millis / 1000)
+    }
+
+    // MARK: upstreams
+
+    func upstreams(_ node: YAMLNode, _ path: String) -> [UpstreamPolicy]? {
+        guard let items = checker.list(node, path) else { return nil }
+        if items.isEmpty {
+            checker.report(node.mark, path, "declare at least one upstream")
+            return nil
+        }
+        var result: [UpstreamPolicy] = []
+        var ok = true
+        var names: [String: Int] = [:]
+        var primary: (index: Int, name: String)?
+        var roleMissing = false
+        for (index, item) in items.enumerated() {
+            let at = Checker.index(path, index)
+            let parsed = upstream(item, at, single: items.count == 1)
+            if parsed.roleMissing { roleMissing = true }
+            if let name = parsed.name {
+                if let first = names[name] {
+                    checker.report(parsed.nameMark ?? item.mark, Checker.child(at, "name"),
+                                   "upstream name '\(name)' is already used by \(Checker.index(path, first))")
+                    ok = false
+                } else {
+                    names[name] = index
+                }
+            }
+            if parsed.role == .primary {
+                if let primary {
+                    checker.report(parsed.roleMark ?? item.mark, Checker.child(at, "role"),
+                                   "exactly one upstream may have role primary; \(Checker.index(path, primary.index)) ('\(primary.name)') already has it")
+                    ok = false
+                } else {
+                    primary = (index, parsed.name ?? "?")
+                }
+            }
+            if let upstream = parsed.upstream { result.append(upstream) } else { ok = false }
+        }
+        if primary == nil && !roleMissing && ok {
+            checker.report(node.mark, path, "exactly one upstream must have role primary; none has")
+            ok = false
+        }
+        return ok ? result : nil
+    }
+
+    struct ParsedUpstream {
+        var upstream: UpstreamPolicy?
+        var name: String?
+        var nameMark: Mark?
+        var role: UpstreamPolicy.Role?
+        var roleMark: Mark?
+        var roleMissing = false
+    }
+
+    func upstream(_ node: YAMLNode, _ path: String, single: Bool) -> ParsedUpstream {
+        var parsed = ParsedUpstream()
+        let providerName = Self.rawValue(of: "provider", in: node)?.scalar
+        let allowed = providerName.flatMap { Self.providerKeys[$0] }.map { Self.commonUpstreamKeys + $0 }
+        // Without a supported provider its keys cannot be judged: only the provider is reported.
+        let fields = Fields(checker, node, path, allowed: allowed)
+        guard fields.isMapping else { return parsed }
+
+        if let node = fields.required("name") {
+            parsed.nameMark = node.mark
+            if let name = checker.string(node, fields.at("name")) {
+                if Self.isSafeID(name) {
+                    parsed.name = name
+                } else {
+                    checker.report(node.mark, fields.at("name"), "upstream name must be 1 to 64 characters of a-z, 0-9, _ and -")
+                }
+            }
+        }
+        if let node = fields["role"] {
+            parsed.roleMark = node.mark
+            parsed.role = checker.choice(node, fields.at("role"), ["primary", "shadow"]).flatMap(UpstreamPolicy.Role.init)
+        } else if single {
+            parsed.role = .primary
+        } else {
+            checker.report(fields.mark, path, "missing required key 'role' (required when an app has more than one upstream)")
+            parsed.roleMissing = true
+        }
+        var delivery: UpstreamPolicy.Delivery? = .sync
+        if let node = fields["delivery"] {
+            delivery = checker.choice(node, fields.at("delivery"), ["sync", "queued"]).flatMap(UpstreamPolicy.Delivery.init)
+            if delivery == .queued {
+                checker.report(node.mark, fields.at("delivery"), "delivery 'queued' is not supported in this version; use sync")
+                delivery = nil
+            }
+        }
+        var timeout: Int? = 2000
+        if let node = fields["timeout"] { timeout = checker.duration(node, fields.at("timeout"), min: 100, max: 30_000) }
+        var retry: RetryPolicy? = RetryPolicy()
+        if let node = fields["retry"] { retry = self.retry(node, fields.at("retry")) }
+        let provider = fields.required("provider").flatMap { self.provider($0, fields) }
+
+        guard let name = parsed.name, let role = parsed.role, let delivery, let timeout, let retry, let provider else {
+            return parsed
+        }
+        parsed.upstream = UpstreamPolicy(name: name, provider: provider, role: role, delivery: delivery,
+                                         timeoutMillis: timeout, retry: retry)
+        return parsed
+    }
+
+    func provider(_ node: YAMLNode, _ fields: Fields) -> ProviderConfig? {
+        let path = fields.at("provider")
+        guard let name = checker.string(node, path) else { return nil }
+        if Self.plannedProviders.contains(name) {
+            checker.report(node.mark, path, "provider '\(name)' is not supported in this version; supported: \(Self.providers.joined(separator: ", "))")
+            return nil
+        }
+        guard Self.providers.contains(name) else {
+            checker.report(node.mark, path, "invalid value '\(Checker.clip(name))'; expected one of: \(Self.providers.joined(separator: ", "))")
+            return nil
+        }
+        switch name {
+        case "voyado":
+            let basePath = fields.required("base_path").flatMap { upstreamURL($0, fields.at("base_path")) }
+            let apiKey = fields.required("api_key").flatMap { checker.secret($0, fields.at("api_key")) }
+            guard let basePath, let apiKey else { return nil }
+            return .voyado(VoyadoConfig(basePath: basePath, apiKey: apiKey))
+        default:
+            var emulates: String? = "voyado"
+            if let node = fields["emulates"] {
+                let at = fields.at("emulates")
+                emulates = checker.string(node, at)
+                if let value = emulates, value != "voyado" {
+                    if Self.plannedProviders.contains(value) {
+                        checker.report(node.mark, at, "emulating '\(value)' is not supported in this version; supported: voyado")
+                    } else {
+                        checker.report(node.mark, at, "invalid value '\(Checker.clip(value))'; expected one of: voyado")
+                    }
+                    emulates = nil
+                }
+            }
+            guard let emulates else { return nil }
+            return .dryRun(DryRunConfig(emulates: emulates))
+        }
+    }
+
+    func retry(_ node: YAMLNode, _ path: String) -> RetryPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["attempts", "backoff", "max_backoff"])
+        guard fields.isMapping else { return nil }
+        var attempts: Int? = 3
+        if let node = fields["attempts"] { attempts = checker.int(node, fields.at("attempts"), in: 1...10) }
+        var backoff: Int? = 200
+        if let node = fields["backoff"] { backoff = checker.duration(node, fields.at("backoff"), min: 1, max: 60_000) }
+        var maxBackoff: Int? = 2000
+        if let node = fields["max_backoff"] { maxBackoff = checker.duration(node, fields.at("max_backoff"), min: 1, max: 60_000) }
+        guard let attempts, let backoff, let maxBackoff else { return nil }
+        guard backoff <= maxBackoff else {
+            checker.report(fields["backoff"]?.mark ?? fields.mark, fields.at("backoff"),
+                           "must not exceed max_backoff (\(Values.formatMillis(maxBackoff)))")
+            return nil
+        }
+        return RetryPolicy(attempts: attempts, backoffMillis: backoff, maxBackoffMillis: maxBackoff)
+    }
+
+    /// An upstream URL: https, or http to loopback only (the traffic carries provider keys and
+    /// contact ids). No credentials, query or fragment; trailing slashes stripped.
+    func upstreamURL(_ node: YAMLNode, _ path: String) -> String? {
+        guard let text = checker.string(node, path) else { return nil }
+        let parts: URLParts
+        switch URLParts.parse(text) {
+        case .failure(.credentials):
+            checker.report(node.mark, path, "a URL must not carry credentials (user:password@); use api_key")
+            return nil
+        case .failure(.malformed):
+            checker.report(node.mark, path, "expected an absolute URL like https://host/path")
+            return nil
+        case .success(let value):
+            parts = value
+        }
+        switch parts.scheme {
+        case "https":
+            break
+        case "http":
+            guard parts.isLoopback else {
+                checker.report(node.mark, path, "plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https")
+                return nil
+            }
+        default:
+            checker.report(node.mark, path, "URL scheme must be https (or http to a loopback host)")
+            return nil
+        }
+        guard parts.query == nil, parts.fragment == nil else {
+            checker.report(node.mark, path, "a base path must not have a query (?) or fragment (#)")
+            return nil
+        }
+        var result = Substring(text)
+        while result.hasSuffix("/") { result = result.dropLast() }
+        return String(result)
+    }
+
+    // MARK: helpers
+
+    /// The first value of `key` in a mapping node, before the mapping is checked: some sections'
+    /// allowed keys depend on one of their values.
+    static func rawValue(of key: String, in node: YAMLNode) -> YAMLNode? {
+        guard case .mapping(let pairs) = node.kind else { return nil }
+        return pairs.first { $0.key.scalar == key }?.value
+    }
+
+    /// `[a-z0-9_-]{1,64}`: safe in a URL path, a metric label and a log line as is.
+    static func isSafeID(_ id: String) -> Bool {
+        guard !id.isEmpty, id.utf8.count <= 64 else { return false }
+        return id.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F || $0 == 0x2D }
+    }
+
+    /// RFC 9110 token characters: what a header or cookie name may contain.
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        if Checker.isAlnum(byte) { return true }
+        return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+    }
+}
