@@ -26,10 +26,10 @@ func packageRoot(_ file: String = #filePath) -> URL {
                                                "events": .init(requests: 120, perSeconds: 60),
                                            ]))
         #expect(app.dedupe.refreshAfterSeconds == 7 * 86_400)
-        #expect(app.upstreams == [UpstreamPolicy(name: "dry-run", provider: .dryRun(DryRunConfig(emulates: "voyado")),
+        #expect(app.upstreams == [UpstreamPolicy(name: "voyado", provider: .dryRun(DryRunConfig(emulates: "voyado")),
                                                  role: .primary, delivery: .sync, timeoutMillis: 2000,
                                                  retry: RetryPolicy(attempts: 3, backoffMillis: 200, maxBackoffMillis: 2000))])
-        #expect(app.primary?.name == "dry-run")
+        #expect(app.primary?.name == "voyado")
     }
 
     @Test func voyadoPolicyLoadsAndMapsToTheModel() throws {
