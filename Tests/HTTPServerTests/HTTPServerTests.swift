@@ -251,6 +251,23 @@ func withServer(
         }
     }
 
+    @Test func releasesRequestsWhoseClientGoesAway() async throws {
+        try await withServer { server, handler in
+            // Disconnect mid-head, and while the handler is running; `withServer` then checks
+            // that both requests were released.
+            try await offPool {
+                let client = try RawHTTPClient(port: server.port)
+                try client.send("GET /half HTTP/1.1\r\nHost: t\r\n")
+            }
+            try await offPool {
+                let client = try RawHTTPClient(port: server.port)
+                try client.send("GET /slow?ms=100 HTTP/1.1\r\nHost: t\r\n\r\n")
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(handler.handledPaths == ["/slow"])
+        }
+    }
+
     @Test func bindsIPv6Loopback() async throws {
         try await withServer(HTTPServerConfiguration(host: "::1", threads: 2)) { server, _ in
             let response = try await fetch("GET /six HTTP/1.1\r\nHost: t\r\n\r\n", host: "::1", port: server.port)
