@@ -69,9 +69,12 @@ final class RequestContext: Sendable {
                     s.phase = .done
                     return queue(response, on: s.connection.pointer, forceClose: true)
                 case .readBody(let limit):
-                    if let declared = s.head.headers["Content-Length"], let length = Int(declared), length > limit {
-                        s.phase = .done
-                        return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+                    if let declared = s.head.headers["Content-Length"], let length = Int(declared) {
+                        guard length <= limit else {
+                            s.phase = .done
+                            return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+                        }
+                        s.body.reserveCapacity(length)
                     }
                     s.phase = .readingBody(limit: max(0, limit))
                     return .YES
@@ -83,8 +86,8 @@ final class RequestContext: Sendable {
                     uploadSize.pointee = 0
                     if s.body.count + size > limit {
                         s.body = []
-                        // MHD refuses a response while the body is still arriving; then drop
-                        // the rest and answer once it is complete.
+                        // MHD 0.9.75 refuses a response while the body is still arriving;
+                        // then drop the rest and answer once it is complete.
                         if queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true) == .YES {
                             s.phase = .done
                         } else {
