@@ -1,0 +1,74 @@
+import PWCore
+
+/// What the server knows about a request once its head (request line and header block) is in.
+public struct HTTPRequestHead: Sendable {
+    public var method: String
+    /// The request-target's path exactly as sent: not percent-decoded, without the query.
+    public var path: String
+    /// The raw query after `?`, not decoded; empty when there is none.
+    public var query: String
+    public var headers: HTTPHeaders
+    /// The peer's IP address (IPv4 dotted or IPv6 text form), without the port.
+    public var remoteAddress: String
+
+    public init(method: String, path: String, query: String = "", headers: HTTPHeaders = [:], remoteAddress: String = "") {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.remoteAddress = remoteAddress
+    }
+}
+
+public struct HTTPRequest: Sendable {
+    public var head: HTTPRequestHead
+    public var body: [UInt8]
+
+    public init(head: HTTPRequestHead, body: [UInt8] = []) {
+        self.head = head
+        self.body = body
+    }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    /// Sent as given; `Content-Length` and `Date` are set by the server. A `Connection: close`
+    /// field makes the server close the connection after this response.
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// The handler's verdict on a request head, taken before any body byte is read, so that
+/// unknown routes, wrong methods or media types never cost the server a body read.
+public enum HeadDecision: Sendable {
+    /// Read the body, refusing it with `payloadTooLarge` once it is known to exceed `limit` bytes.
+    case readBody(limit: Int)
+    /// Answer now; the body (if any) is not read and the connection is closed after the answer
+    /// when a body was announced.
+    case respond(HTTPResponse)
+}
+
+/// The application side of `HTTPServer`. Implementations must be thread-safe: `decide` and
+/// `payloadTooLarge` are called concurrently from the server's threads.
+public protocol HTTPHandler: Sendable {
+    /// Called on a server thread once the request head is complete, before any body byte is read. Must not block.
+    func decide(_ head: HTTPRequestHead) -> HeadDecision
+    /// The 413 response for a body over the limit (sent with Connection: close).
+    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse
+    /// Handles a complete request. Runs on Swift concurrency; the connection is suspended meanwhile (holds no thread).
+    func handle(_ request: HTTPRequest) async -> HTTPResponse
+}
+
+public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+
+    public init(message: String) { self.message = message }
+
+    public var description: String { "HTTPServerError: \(message)" }
+}

@@ -1,0 +1,223 @@
+import CMicroHTTPD
+import CShims
+import PWCore
+import Synchronization
+
+/// One request's state, from its request line to MHD's completion notice.
+///
+/// Ownership: created in the URI-log callback and handed to MHD as `*req_cls` with one retain,
+/// which the request-completed callback releases (exactly once; MHD calls it once per request
+/// whose URI was logged). The handler's `Task` holds its own strong reference, so a late
+/// handler never touches a freed object.
+///
+/// Thread-safety: MHD calls back for one connection from that connection's pool thread only,
+/// but the handler's `Task` finishes elsewhere, so all state sits behind one `Mutex`.
+/// Lock order: a context's lock may be held while taking `ServerCore`'s registry lock, never
+/// the other way round.
+final class RequestContext: Sendable {
+    enum Phase {
+        /// Head not yet seen by the handler.
+        case head
+        case readingBody(limit: Int)
+        /// The body grew past the limit mid-upload (chunked), where MHD 0.9.75 refuses to
+        /// queue a response: drop up to `discardAllowance` more bytes, then answer 413; a
+        /// longer body gets the connection closed without an answer.
+        case discardingBody(remaining: Int)
+        /// Suspended while the handler runs.
+        case handling
+        /// The response to queue on the next call (after a resume, or once a body-less
+        /// request is complete).
+        case ready(HTTPResponse)
+        /// A response is queued; nothing else may be queued.
+        case done
+    }
+
+    struct State: Sendable {
+        var connection: MHDConnection
+        var rawTarget: String
+        var head = HTTPRequestHead(method: "", path: "")
+        var body: [UInt8] = []
+        var phase = Phase.head
+        /// Set by whoever calls MHD_resume_connection (the finished handler or a forced stop);
+        /// the other party must not touch the connection afterwards.
+        var resumeClaimed = false
+    }
+
+    let core: ServerCore
+    private let state: Mutex<State>
+
+    init(core: ServerCore, connection: OpaquePointer, rawTarget: String) {
+        self.core = core
+        self.state = Mutex(State(connection: MHDConnection(connection), rawTarget: rawTarget))
+    }
+
+    /// One access-handler call. `uploadSize` is MHD's `*upload_data_size`: set to 0 to consume.
+    func access(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+        state.withLock { s in
+            switch s.phase {
+            case .head:
+                s.head = Self.makeHead(connection: s.connection.pointer, method: method, rawTarget: s.rawTarget)
+                switch core.handler.decide(s.head) {
+                case .respond(let response):
+                    guard Self.announcesBody(s.head.headers) else {
+                        // MHD treats a response queued before the request is complete as
+                        // "early" and closes the connection; a body-less request completes on
+                        // the next call, so answering there keeps the connection alive.
+                        s.phase = .ready(response)
+                        return .YES
+                    }
+                    s.phase = .done
+                    return queue(response, on: s.connection.pointer, forceClose: true)
+                case .readBody(let limit):
+                    if let declared = s.head.headers["Content-Length"], let length = Int(declared) {
+                        guard length <= limit else {
+                            s.phase = .done
+                            return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+                        }
+                        s.body.reserveCapacity(length)
+                    }
+                    s.phase = .readingBody(limit: max(0, limit))
+                    return .YES
+                }
+
+            case .readingBody(let limit):
+                let size = uploadSize.pointee
+                guard size == 0 else {
+                    uploadSize.pointee = 0
+                    if s.body.count + size > limit {
+                        s.body = []
+                        // MHD 0.9.75 refuses a response while the body is still arriving;
+                        // then drop the rest and answer once it is complete.
+                        if queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true) == .YES {
+                            s.phase = .done
+                        } else {
+                            s.phase = .discardingBody(remaining: Self.discardAllowance)
+                        }
+                        return .YES
+                    }
+                    if let uploadData {
+                        s.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: size))
+                    }
+                    return .YES
+                }
+                guard core.registerSuspended(self) else {
+                    s.phase = .done
+                    return queue(Self.unavailable, on: s.connection.pointer, forceClose: true)
+                }
+                MHD_suspend_connection(s.connection.pointer)
+                s.phase = .handling
+                let request = HTTPRequest(head: s.head, body: s.body)
+                s.body = []
+                Task { [self] in
+                    let response = await core.handler.handle(request)
+                    resume(with: response)
+                }
+                return .YES
+
+            case .discardingBody(let remaining):
+                let size = uploadSize.pointee
+                guard size == 0 else {
+                    guard size <= remaining else { return .NO }
+                    uploadSize.pointee = 0
+                    s.phase = .discardingBody(remaining: remaining - size)
+                    return .YES
+                }
+                s.phase = .done
+                return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+
+            case .ready(let response):
+                s.phase = .done
+                return queue(response, on: s.connection.pointer, forceClose: core.isDraining)
+
+            case .handling, .done:
+                // Not expected from MHD; swallow stray body bytes rather than loop.
+                uploadSize.pointee = 0
+                return .YES
+            }
+        }
+    }
+
+    /// Hands `response` to the connection and wakes it, unless a forced stop already did.
+    /// Called from any thread.
+    func resume(with response: HTTPResponse) {
+        let resumed = state.withLock { s in
+            guard !s.resumeClaimed else { return false }
+            s.resumeClaimed = true
+            s.phase = .ready(response)
+            // Under the lock, so that a concurrent forced stop sees either "not claimed"
+            // or "already resumed", never a half-done resume.
+            MHD_resume_connection(s.connection.pointer)
+            return true
+        }
+        if resumed { core.unregisterSuspended(self) }
+    }
+
+    /// How much of an over-limit chunked body is read and dropped so that the client still
+    /// gets its 413; beyond it the connection is closed.
+    static let discardAllowance = 1 << 20
+
+    private static func announcesBody(_ headers: HTTPHeaders) -> Bool {
+        if headers["Transfer-Encoding"] != nil { return true }
+        guard let length = headers["Content-Length"] else { return false }
+        return Int(length) != 0
+    }
+
+    static let unavailable = HTTPResponse(status: 503, headers: ["Content-Type": "text/plain"], body: Array("shutting down\n".utf8))
+
+    private func queue(_ response: HTTPResponse, on connection: OpaquePointer, forceClose: Bool) -> MHD_Result {
+        let mhdResponse = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+        }
+        guard let mhdResponse else { return .NO }
+        defer { MHD_destroy_response(mhdResponse) }
+        var hasClose = false
+        for field in response.headers {
+            if HTTPHeaders.equalsIgnoringCase(field.name, "Connection") { hasClose = true }
+            // MHD rejects fields it owns (Content-Length) and values with line breaks; drop them.
+            _ = MHD_add_response_header(mhdResponse, field.name, field.value)
+        }
+        if forceClose && !hasClose {
+            _ = MHD_add_response_header(mhdResponse, "Connection", "close")
+        }
+        let status = (100...999).contains(response.status) ? UInt32(response.status) : 500
+        return MHD_queue_response(connection, status, mhdResponse)
+    }
+
+    private static func makeHead(connection: OpaquePointer, method: UnsafePointer<CChar>, rawTarget: String) -> HTTPRequestHead {
+        var head = HTTPRequestHead(method: String(cString: method), path: rawTarget)
+        if let mark = rawTarget.utf8.firstIndex(of: UInt8(ascii: "?")) {
+            head.path = String(rawTarget[..<mark])
+            head.query = String(rawTarget[rawTarget.utf8.index(after: mark)...])
+        }
+        withUnsafeMutablePointer(to: &head.headers) { headers in
+            _ = MHD_get_connection_values_n(connection, .HEADER_KIND, collectHeader, UnsafeMutableRawPointer(headers))
+        }
+        head.remoteAddress = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { buffer in
+            guard let base = buffer.baseAddress, pw_mhd_client_address(connection, base, buffer.count) == 0 else { return "" }
+            return String(cString: base)
+        }
+        return head
+    }
+}
+
+/// An MHD connection handle crossing threads. Unchecked because MHD defines the rules: only
+/// MHD_resume_connection may be called from a thread other than the connection's own, and
+/// `RequestContext` guarantees that call happens once, before the connection can be freed.
+struct MHDConnection: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+/// MHD_KeyValueIteratorN: appends one header field to the `HTTPHeaders` that `cls` points to
+/// (a pointer valid only during MHD_get_connection_values_n).
+private func collectHeader(
+    cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind,
+    key: UnsafePointer<CChar>?, keySize: Int, value: UnsafePointer<CChar>?, valueSize: Int
+) -> MHD_Result {
+    guard let cls, let key else { return .YES }
+    let headers = cls.assumingMemoryBound(to: HTTPHeaders.self)
+    let name = String(decoding: UnsafeRawBufferPointer(start: key, count: keySize), as: UTF8.self)
+    let text = value.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: valueSize), as: UTF8.self) } ?? ""
+    headers.pointee.add(name, text)
+    return .YES
+}
