@@ -225,8 +225,12 @@ final class EventLoop: Sendable {
         long(CURLOPT_SSL_VERIFYHOST, 2)
         if let ca = configuration.caBundlePath { string(CURLOPT_CAINFO, ca) }
         long(CURLOPT_HTTP_VERSION, pw_curl_http_version_2tls())
-        // Prefer waiting for an HTTP/2 connection that can take one more stream over opening another.
-        long(CURLOPT_PIPEWAIT, 1)
+        // Over TLS, ALPN tells within the handshake whether a connection multiplexes, so waiting
+        // for it beats opening a connection per concurrent call. Over plain http the answer would
+        // only come with the first response, and every other call to the host would queue behind it.
+        if HTTPClient.hasPrefixIgnoringCase(request.url.utf8, "https://") {
+            long(CURLOPT_PIPEWAIT, 1)
+        }
         long(CURLOPT_TCP_KEEPALIVE, 1)
         long(CURLOPT_TCP_NODELAY, 1)
         string(CURLOPT_USERAGENT, configuration.userAgent)

@@ -71,7 +71,7 @@ public final class HTTPClient: Sendable {
         return nil
     }
 
-    private static func hasPrefixIgnoringCase(_ s: String.UTF8View, _ prefix: String) -> Bool {
+    static func hasPrefixIgnoringCase(_ s: String.UTF8View, _ prefix: String) -> Bool {
         guard s.count >= prefix.utf8.count else { return false }
         return zip(s, prefix.utf8).allSatisfy { a, b in (a >= 0x41 && a <= 0x5A ? a | 0x20 : a) == b }
     }
