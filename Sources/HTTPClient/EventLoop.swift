@@ -156,11 +156,10 @@ final class EventLoop: Sendable {
 
         while true {
             let (pending, cancelled, stopping) = shared.withLock { state in
-                defer {
-                    state.pending.removeAll(keepingCapacity: true)
-                    state.cancelled.removeAll(keepingCapacity: true)
-                }
-                return (state.pending, state.cancelled, state.phase != .running)
+                let taken = (state.pending, state.cancelled, state.phase != .running)
+                state.pending = []
+                state.cancelled = []
+                return taken
             }
             if stopping {
                 for transfer in pending { transfer.finish(.failure(.shutdown)) }

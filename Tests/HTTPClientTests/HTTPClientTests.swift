@@ -43,7 +43,7 @@ private func withUpstream(
     try await body(server, client, "http://127.0.0.1:\(server.port)")
 }
 
-private func expectFailure(
+func expectFailure(
     _ kind: HTTPClientError.Kind,
     _ call: () async throws -> HTTPClientResponse,
     sourceLocation: SourceLocation = #_sourceLocation
@@ -280,5 +280,41 @@ struct HTTPClientTests {
                 try await client.execute(HTTPClientRequest(method: "GET", url: https + "/echo"))
             }
         }
+    }
+}
+
+/// TLS verification and HTTP/2 multiplexing against a real TLS peer (nginx, present on the build image).
+@Suite(.timeLimit(.minutes(1)), .enabled(if: NginxUpstream.isAvailable, "needs /usr/sbin/nginx and openssl"))
+struct HTTPClientTLSTests {
+    @Test func untrustedCertificateIsATLSError() async throws {
+        let nginx = try NginxUpstream()
+        defer { nginx.stop() }
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        await expectFailure(.tls) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: "https://127.0.0.1:\(nginx.port)/"))
+        }
+        #expect(try nginx.accessLog().isEmpty)
+    }
+
+    @Test func concurrentCallsShareOneHTTP2Connection() async throws {
+        let nginx = try NginxUpstream()
+        defer { nginx.stop() }
+        let client = try HTTPClient(configuration: HTTPClientConfiguration(caBundlePath: nginx.certificatePath))
+        defer { client.shutdown() }
+        let url = "https://127.0.0.1:\(nginx.port)/register"
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<100 {
+                group.addTask {
+                    try await client.execute(HTTPClientRequest(method: "POST", url: url, body: Array("{}".utf8))).status
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses == [Int](repeating: 200, count: 100))
+        let log = try nginx.accessLog()
+        #expect(log.count == 100)
+        #expect(log.allSatisfy { $0.proto == "HTTP/2.0" })
+        #expect(Set(log.map(\.connection)).count == 1, "\(Set(log.map(\.connection)).count) connections")
     }
 }
