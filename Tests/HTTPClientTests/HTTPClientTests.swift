@@ -235,6 +235,22 @@ struct HTTPClientTests {
         }
     }
 
+    @Test func droppingTheClientClosesItsConnections() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        func useOnce() async throws {
+            let client = try HTTPClient()
+            _ = try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(server.port)/echo"))
+        }
+        try await useOnce()
+        #expect(server.acceptedConnections == 1)
+        let start = ContinuousClock.now
+        while server.openConnections > 0, milliseconds(since: start) < 3000 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(server.openConnections == 0)
+    }
+
     @Test func cancellingTheTaskEndsTheCall() async throws {
         try await withUpstream { server, client, base in
             let start = ContinuousClock.now

@@ -46,6 +46,8 @@ final class TestHTTPServer: Sendable {
 
     var acceptedConnections: Int { state.withLock { $0.acceptedConnections } }
     var requests: [RecordedRequest] { state.withLock { $0.requests } }
+    /// Connections the peer has not closed yet.
+    var openConnections: Int { state.withLock { $0.openConnections } }
     private var stopped: Bool { state.withLock { $0.stopped } }
 
     init(handler: @escaping @Sendable (RecordedRequest) -> Reply) throws {
