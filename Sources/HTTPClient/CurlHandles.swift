@@ -1,0 +1,89 @@
+internal import CCurl
+internal import CShims
+
+/// `curl_global_init` must run once before any other curl call; a `static let` gives us
+/// thread-safe, exactly-once initialisation. We never call `curl_global_cleanup`: the library
+/// stays initialised for the life of the process.
+enum CurlGlobal {
+    static let initialized: Bool = curl_global_init(pw_curl_global_default()) == CURLE_OK
+}
+
+/// Sole owner of one `CURL *` (https://curl.se/libcurl/c/curl_easy_init.html).
+///
+/// Not thread-safe: only the event-loop thread touches it. The handle must be removed from its
+/// multi handle before the last reference goes away.
+final class EasyHandle {
+    let raw: UnsafeMutableRawPointer
+
+    init?() {
+        guard let raw = curl_easy_init() else { return nil }
+        self.raw = raw
+    }
+
+    deinit { curl_easy_cleanup(raw) }
+}
+
+/// Sole owner of one `CURLM *` and, through it, the connection cache, DNS cache and the HTTP/2
+/// sessions every transfer shares.
+///
+/// Only `wakeup()` may be called from a thread other than the event loop's
+/// (https://curl.se/libcurl/c/curl_multi_wakeup.html documents it as thread-safe); callers do
+/// so while holding the loop's state lock, which is also where the loop drops its last reference.
+final class MultiHandle: @unchecked Sendable {
+    let raw: UnsafeMutableRawPointer
+
+    init?() {
+        guard let raw = curl_multi_init() else { return nil }
+        self.raw = raw
+    }
+
+    func wakeup() { _ = curl_multi_wakeup(raw) }
+
+    deinit { curl_multi_cleanup(raw) }
+}
+
+/// Sole owner of one `curl_slist` of request header lines (https://curl.se/libcurl/c/curl_slist_append.html).
+/// It must outlive the transfer that points at it; the owning `Transfer` keeps it until completion.
+final class HeaderList {
+    private(set) var raw: UnsafeMutablePointer<curl_slist>?
+
+    init() {}
+
+    /// curl copies `line`. Returns false when out of memory.
+    func append(_ line: String) -> Bool {
+        guard let next = curl_slist_append(raw, line) else { return false }
+        raw = next
+        return true
+    }
+
+    deinit { curl_slist_free_all(raw) }
+}
+
+extension HTTPClientError {
+    /// Only `curl_easy_strerror`'s static text is kept: curl's error buffer can echo the URL.
+    init(code: CURLcode, exceededLimit: Bool) {
+        let text = String(cString: curl_easy_strerror(code))
+        let kind: Kind
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT:
+            kind = .timeout
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+            kind = .connect
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_ENGINE_NOTFOUND,
+            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ENGINE_INITFAILED,
+            CURLE_SSL_CACERT_BADFILE, CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+            CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED:
+            kind = .tls
+        case CURLE_FILESIZE_EXCEEDED:
+            kind = .tooLarge
+        case CURLE_WRITE_ERROR where exceededLimit:
+            kind = .tooLarge
+        case CURLE_GOT_NOTHING, CURLE_WEIRD_SERVER_REPLY, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM,
+            CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_BAD_CONTENT_ENCODING, CURLE_HTTP3, CURLE_TOO_MANY_REDIRECTS:
+            kind = .protocolError
+        default:
+            kind = .other
+        }
+        self.init(kind: kind, detail: exceededLimit ? "response exceeds maxResponseBytes" : text)
+    }
+}

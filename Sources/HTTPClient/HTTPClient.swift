@@ -1,0 +1,88 @@
+import PWCore
+
+/// An HTTP/1.1 and HTTP/2 client for upstream push providers, on libcurl's multi interface.
+///
+/// One event-loop thread drives every call; no thread is used per request. Connections are kept
+/// alive and pooled per host (`HTTPClientConfiguration`), and HTTPS upstreams that offer HTTP/2 get
+/// their calls multiplexed on shared connections. Redirects are never followed (a provider key must
+/// not travel to another host), only `http` and `https` are spoken, and TLS verification is always on.
+///
+/// Thread-safety: every method may be called from any thread or task.
+///
+/// The client does no logging: URLs and headers can carry keys.
+public final class HTTPClient: Sendable {
+    private let loop: EventLoop
+    private let maxResponseBytes: Int
+
+    /// Starts the event-loop thread.
+    /// - Throws: `.other` when libcurl cannot be initialised or the thread cannot start.
+    public init(configuration: HTTPClientConfiguration = .init()) throws(HTTPClientError) {
+        loop = try EventLoop(configuration: configuration)
+        maxResponseBytes = max(0, configuration.maxResponseBytes)
+        try loop.start()
+    }
+
+    deinit { loop.shutdown() }
+
+    /// Performs one call. Any HTTP status, 5xx included, is a response.
+    ///
+    /// If the awaiting task is cancelled, the transfer is removed from the loop (its connection is
+    /// closed by curl) and the call throws `.other` with detail "cancelled". Cancellation is
+    /// cooperative but prompt: the loop is woken to act on it.
+    /// - Throws: `HTTPClientError`; `.other` before any I/O for a non-http(s) URL, a method that is
+    ///   not a token, or a header with control characters.
+    public func execute(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
+        if let problem = Self.problem(with: request) {
+            throw HTTPClientError(kind: .other, detail: problem)
+        }
+        let transfer = Transfer(request: request, maxResponseBytes: maxResponseBytes)
+        let loop = self.loop
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Transfer.Outcome, Never>) in
+                transfer.continuation = continuation
+                if !loop.enqueue(transfer) { transfer.finish(.failure(.shutdown)) }
+            }
+        } onCancel: {
+            loop.cancel(transfer)
+        }
+        return try outcome.get()
+    }
+
+    /// Fails pending and in-flight calls with `.shutdown`, closes connections and joins the loop
+    /// thread. Later calls fail with `.shutdown`. Idempotent; also run by `deinit`.
+    public func shutdown() {
+        loop.shutdown()
+    }
+
+    /// A reason to refuse `request` before libcurl sees it, never quoting the URL or header values.
+    static func problem(with request: HTTPClientRequest) -> String? {
+        let url = request.url.utf8
+        guard hasPrefixIgnoringCase(url, "http://") || hasPrefixIgnoringCase(url, "https://") else {
+            return "unsupported URL scheme"
+        }
+        guard !url.contains(where: { $0 <= 0x20 || $0 == 0x7F }) else { return "URL contains whitespace or control characters" }
+        guard !request.method.isEmpty, request.method.utf8.allSatisfy(isTokenByte) else { return "invalid method" }
+        for field in request.headers {
+            guard !field.name.isEmpty, field.name.utf8.allSatisfy(isTokenByte) else { return "invalid header name" }
+            guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 }) else {
+                return "invalid header value"
+            }
+        }
+        return nil
+    }
+
+    static func hasPrefixIgnoringCase(_ s: String.UTF8View, _ prefix: String) -> Bool {
+        guard s.count >= prefix.utf8.count else { return false }
+        return zip(s, prefix.utf8).allSatisfy { a, b in (a >= 0x41 && a <= 0x5A ? a | 0x20 : a) == b }
+    }
+
+    /// RFC 9110 `tchar`.
+    private static func isTokenByte(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):
+            return true
+        default:
+            return "!#$%&'*+-.^_`|~".utf8.contains(b)
+        }
+    }
+}

@@ -1,0 +1,336 @@
+import Foundation
+import HTTPClient
+import PWCore
+import Testing
+
+/// Routes of the test upstream.
+@Sendable func route(_ request: RecordedRequest) -> Reply {
+    let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.target
+    switch path {
+    case "/echo":
+        return Reply(status: 201, headers: [("X-Reply", "yes"), ("X-Method", request.method)], body: Array("hello".utf8))
+    case "/unavailable":
+        return Reply(status: 503, headers: [("Retry-After", "7")], body: Array("down".utf8))
+    case "/slow":
+        return Reply(body: Array("ok".utf8), delayMillis: 20)
+    case "/hang":
+        return Reply(hang: true)
+    case "/big":
+        return Reply(body: [UInt8](repeating: 0x61, count: 4096))
+    case "/big-chunked":
+        return Reply(body: [UInt8](repeating: 0x61, count: 4096), chunked: true)
+    case "/redirect":
+        return Reply(status: 302, headers: [("Location", "/echo")])
+    default:
+        return Reply(status: 404)
+    }
+}
+
+private func milliseconds(since start: ContinuousClock.Instant) -> Int {
+    let elapsed = ContinuousClock.now - start
+    return Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+}
+
+/// Runs `body` against a fresh server and client, stopping both afterwards.
+private func withUpstream(
+    _ configuration: HTTPClientConfiguration = .init(),
+    _ body: (TestHTTPServer, HTTPClient, String) async throws -> Void
+) async throws {
+    let server = try TestHTTPServer(handler: route)
+    defer { server.stop() }
+    let client = try HTTPClient(configuration: configuration)
+    defer { client.shutdown() }
+    try await body(server, client, "http://127.0.0.1:\(server.port)")
+}
+
+func expectFailure(
+    _ kind: HTTPClientError.Kind,
+    _ call: () async throws -> HTTPClientResponse,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async {
+    do {
+        let response = try await call()
+        Issue.record("expected \(kind), got status \(response.status)", sourceLocation: sourceLocation)
+    } catch let error as HTTPClientError {
+        #expect(error.kind == kind, "\(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected HTTPClientError, got \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct HTTPClientTests {
+    @Test func postSendsBodyAndHeadersExactlyAndReturnsTheResponse() async throws {
+        try await withUpstream { server, client, base in
+            let body = Array(#"{"token":"abc","n":1}"#.utf8)
+            let response = try await client.execute(HTTPClientRequest(
+                method: "POST",
+                url: base + "/echo?app=shop",
+                headers: ["Authorization": "Bearer s3cr3t-key", "Content-Type": "application/json", "X-Empty": ""],
+                body: body
+            ))
+            #expect(response.status == 201)
+            #expect(response.headers["x-reply"] == "yes")
+            #expect(response.headers["Content-Length"] == "5")
+            #expect(response.body == Array("hello".utf8))
+
+            let seen = try #require(server.requests.first)
+            #expect(seen.method == "POST")
+            #expect(seen.target == "/echo?app=shop")
+            #expect(seen.header("Authorization") == "Bearer s3cr3t-key")
+            #expect(seen.header("Content-Type") == "application/json")
+            #expect(seen.header("Content-Length") == String(body.count))
+            #expect(seen.header("X-Empty") == "")
+            #expect(seen.header("Expect") == nil)
+            #expect(seen.header("User-Agent") == "pushwarden")
+            #expect(seen.body == body)
+        }
+    }
+
+    @Test func postWithoutContentTypeSendsNone() async throws {
+        try await withUpstream { server, client, base in
+            _ = try await client.execute(HTTPClientRequest(method: "POST", url: base + "/echo", body: [1, 2, 3]))
+            let seen = try #require(server.requests.first)
+            #expect(seen.header("Content-Type") == nil)
+            #expect(seen.body == [1, 2, 3])
+        }
+    }
+
+    @Test func largeBodyIsSentWhole() async throws {
+        try await withUpstream { server, client, base in
+            let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            let response = try await client.execute(HTTPClientRequest(method: "PUT", url: base + "/echo", body: body))
+            #expect(response.headers["X-Method"] == "PUT")
+            #expect(server.requests.first?.method == "PUT")
+            #expect(server.requests.first?.body == body)
+        }
+    }
+
+    @Test func deleteWorks() async throws {
+        try await withUpstream { server, client, base in
+            let response = try await client.execute(HTTPClientRequest(method: "DELETE", url: base + "/echo?id=7"))
+            #expect(response.status == 201)
+            #expect(response.headers["X-Method"] == "DELETE")
+            let seen = try #require(server.requests.first)
+            #expect(seen.method == "DELETE")
+            #expect(seen.target == "/echo?id=7")
+            #expect(seen.body.isEmpty)
+        }
+    }
+
+    @Test func serviceUnavailableIsAResponseNotAnError() async throws {
+        try await withUpstream { _, client, base in
+            let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/unavailable"))
+            #expect(response.status == 503)
+            #expect(response.headers["Retry-After"] == "7")
+            #expect(response.body == Array("down".utf8))
+        }
+    }
+
+    @Test func timeoutIsReportedWithinItsBound() async throws {
+        try await withUpstream { _, client, base in
+            let start = ContinuousClock.now
+            await expectFailure(.timeout) {
+                try await client.execute(HTTPClientRequest(method: "POST", url: base + "/hang", timeoutMillis: 300))
+            }
+            let elapsed = milliseconds(since: start)
+            #expect(elapsed >= 280 && elapsed < 1500, "took \(elapsed) ms")
+        }
+    }
+
+    @Test func connectionRefusedIsAConnectError() async throws {
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        await expectFailure(.connect) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(unusedLoopbackPort())/"))
+        }
+    }
+
+    @Test func concurrentRequestsReuseKeepAliveConnections() async throws {
+        try await withUpstream { server, client, base in
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        try await client.execute(HTTPClientRequest(method: "POST", url: base + "/slow?i=\(i)", body: [1])).status
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.count == 200)
+            #expect(statuses.allSatisfy { $0 == 200 })
+            #expect(server.requests.count == 200)
+            // Default pool: at most 64 connections to one host, reused across the 200 calls.
+            #expect(server.acceptedConnections <= 64, "\(server.acceptedConnections) connections")
+
+            // A second wave rides the warm connections.
+            let before = server.acceptedConnections
+            for _ in 0..<10 { _ = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")) }
+            #expect(server.acceptedConnections == before)
+        }
+    }
+
+    @Test func perHostConnectionLimitIsHonoured() async throws {
+        try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 4)) { server, client, base in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<40 {
+                    group.addTask {
+                        let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/slow"))
+                        #expect(response.status == 200)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(server.requests.count == 40)
+            #expect(server.acceptedConnections <= 4, "\(server.acceptedConnections) connections")
+        }
+    }
+
+    @Test(arguments: ["/big", "/big-chunked"])
+    func responseOverTheCapIsTooLarge(path: String) async throws {
+        try await withUpstream(HTTPClientConfiguration(maxResponseBytes: 1000)) { _, client, base in
+            await expectFailure(.tooLarge) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + path))
+            }
+        }
+    }
+
+    @Test func responseUnderTheCapIsWhole() async throws {
+        try await withUpstream(HTTPClientConfiguration(maxResponseBytes: 4096)) { _, client, base in
+            let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/big-chunked"))
+            #expect(response.body.count == 4096)
+        }
+    }
+
+    @Test func redirectsAreNotFollowed() async throws {
+        try await withUpstream { server, client, base in
+            let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/redirect"))
+            #expect(response.status == 302)
+            #expect(response.headers["Location"] == "/echo")
+            #expect(server.requests.map(\.target) == ["/redirect"])
+        }
+    }
+
+    @Test func shutdownFailsPendingRequests() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        let client = try HTTPClient()
+        let base = "http://127.0.0.1:\(server.port)"
+        let start = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<5 {
+                group.addTask {
+                    await expectFailure(.shutdown) {
+                        try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
+                    }
+                }
+            }
+            while server.requests.count < 5 { try await Task.sleep(for: .milliseconds(10)) }
+            client.shutdown()
+            try await group.waitForAll()
+        }
+        #expect(milliseconds(since: start) < 5000)
+        client.shutdown()
+        await expectFailure(.shutdown) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"))
+        }
+    }
+
+    @Test func droppingTheClientClosesItsConnections() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        func useOnce() async throws {
+            let client = try HTTPClient()
+            _ = try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(server.port)/echo"))
+        }
+        try await useOnce()
+        #expect(server.acceptedConnections == 1)
+        let start = ContinuousClock.now
+        while server.openConnections > 0, milliseconds(since: start) < 3000 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(server.openConnections == 0)
+    }
+
+    @Test func cancellingTheTaskEndsTheCall() async throws {
+        try await withUpstream { server, client, base in
+            let start = ContinuousClock.now
+            let task = Task {
+                await expectFailure(.other) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
+                }
+            }
+            while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            task.cancel()
+            await task.value
+            #expect(milliseconds(since: start) < 5000)
+            // The client still works afterwards.
+            #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
+        }
+    }
+
+    @Test(arguments: ["file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://127.0.0.1/", "FILE:///etc/hosts", "/relative"])
+    func nonHTTPURLsAreRefused(url: String) async throws {
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        await expectFailure(.other) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: url))
+        }
+    }
+
+    @Test func headerInjectionIsRefused() async throws {
+        try await withUpstream { server, client, base in
+            await expectFailure(.other) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo", headers: ["X-A": "1\r\nX-B: 2"]))
+            }
+            await expectFailure(.other) {
+                try await client.execute(HTTPClientRequest(method: "GET /x HTTP/1.1\r\n", url: base + "/echo"))
+            }
+            #expect(server.requests.isEmpty)
+        }
+    }
+
+    @Test func tlsHandshakeFailureIsATLSError() async throws {
+        try await withUpstream { _, client, base in
+            let https = base.replacingOccurrences(of: "http://", with: "https://")
+            await expectFailure(.tls) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: https + "/echo"))
+            }
+        }
+    }
+}
+
+/// TLS verification and HTTP/2 multiplexing against a real TLS peer (nginx, present on the build image).
+@Suite(.timeLimit(.minutes(1)), .enabled(if: NginxUpstream.isAvailable, "needs /usr/sbin/nginx and openssl"))
+struct HTTPClientTLSTests {
+    @Test func untrustedCertificateIsATLSError() async throws {
+        let nginx = try NginxUpstream()
+        defer { nginx.stop() }
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        await expectFailure(.tls) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: "https://127.0.0.1:\(nginx.port)/"))
+        }
+        #expect(try nginx.accessLog().isEmpty)
+    }
+
+    @Test func concurrentCallsShareOneHTTP2Connection() async throws {
+        let nginx = try NginxUpstream()
+        defer { nginx.stop() }
+        let client = try HTTPClient(configuration: HTTPClientConfiguration(caBundlePath: nginx.certificatePath))
+        defer { client.shutdown() }
+        let url = "https://127.0.0.1:\(nginx.port)/register"
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<100 {
+                group.addTask {
+                    try await client.execute(HTTPClientRequest(method: "POST", url: url, body: Array("{}".utf8))).status
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses == [Int](repeating: 200, count: 100))
+        let log = try nginx.accessLog()
+        #expect(log.count == 100)
+        #expect(log.allSatisfy { $0.proto == "HTTP/2.0" })
+        #expect(Set(log.map(\.connection)).count == 1, "\(Set(log.map(\.connection)).count) connections")
+    }
+}
