@@ -4,9 +4,9 @@
 # is present. Swift itself comes with the machine (see README).
 set -euo pipefail
 
-packages=(pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev openssl redis-server)
+packages=(pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev openssl redis-server nginx-light)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(nginx-light wrk)
+  packages+=(wrk)
 fi
 
 missing=()
