@@ -103,6 +103,20 @@ public enum EndpointURL {
         }
     }
 
+    /// Whether a numeric address (`93.184.215.14`, `2606:2800:21f::1`, no brackets) is publicly
+    /// routable by the same rules as endpoint hosts. Meant for the egress path, which must re-check
+    /// the address it actually connects to after DNS resolution. Anything unparsable is `false`.
+    public static func isPubliclyRoutable(address: String) -> Bool {
+        if address.contains(":") {
+            return IPv6Address(address)?.isPubliclyRoutable ?? false
+        }
+        let parts = address.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard IPv4Address.isCanonical(parts), let v4 = IPv4Address.parse(parts: parts, leadingZeroIsOctal: false) else {
+            return false
+        }
+        return v4.isPubliclyRoutable
+    }
+
     enum HostVerdict: Equatable {
         case publicName, publicAddress, notRoutable
         case malformed(String)
@@ -264,9 +278,7 @@ struct IPv6Address: Equatable {
               bytes.allSatisfy({ Text.isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") }) else {
             return nil
         }
-        let s = String(decoding: bytes, as: UTF8.self)
-        let halves = s.components(separatedByDoubleColon: ())
-        guard let halves, halves.count <= 2 else { return nil }
+        guard let halves = splitOnDoubleColon(bytes) else { return nil }
 
         func parseHalf(_ half: String, allowIPv4Tail: Bool) -> [UInt16]? {
             if half.isEmpty { return [] }
@@ -331,27 +343,24 @@ struct IPv6Address: Equatable {
     }
 }
 
-extension String {
-    /// Splits on `::`, returning nil when the text holds a lone leading or trailing `:` or more than
-    /// one `::` (including `:::`).
-    fileprivate func components(separatedByDoubleColon _: ()) -> [String]? {
-        let b = Array(utf8)
-        var positions: [Int] = []
-        var i = 0
-        while i + 1 < b.count {
-            if b[i] == UInt8(ascii: ":") && b[i + 1] == UInt8(ascii: ":") {
-                positions.append(i)
-                i += 2
-                if i < b.count, b[i] == UInt8(ascii: ":") { return nil }
-            } else {
-                i += 1
-            }
+/// Splits IPv6 text on its one `::`, returning nil for a lone leading or trailing `:` or more than
+/// one `::` (including `:::`).
+private func splitOnDoubleColon(_ b: [UInt8]) -> [String]? {
+    var positions: [Int] = []
+    var i = 0
+    while i + 1 < b.count {
+        if b[i] == UInt8(ascii: ":") && b[i + 1] == UInt8(ascii: ":") {
+            positions.append(i)
+            i += 2
+            if i < b.count, b[i] == UInt8(ascii: ":") { return nil }
+        } else {
+            i += 1
         }
-        guard positions.count <= 1 else { return nil }
-        if let p = positions.first {
-            return [String(decoding: b[0..<p], as: UTF8.self), String(decoding: b[(p + 2)...], as: UTF8.self)]
-        }
-        guard b.first != UInt8(ascii: ":"), b.last != UInt8(ascii: ":") else { return nil }
-        return [self]
     }
+    guard positions.count <= 1 else { return nil }
+    if let p = positions.first {
+        return [String(decoding: b[0..<p], as: UTF8.self), String(decoding: b[(p + 2)...], as: UTF8.self)]
+    }
+    guard b.first != UInt8(ascii: ":"), b.last != UInt8(ascii: ":") else { return nil }
+    return [String(decoding: b, as: UTF8.self)]
 }

@@ -101,6 +101,16 @@ private func register(_ url: String) -> ContractError? {
         #expect(register(url + "p")?.code == .invalidWebPush)
     }
 
+    @Test(arguments: [
+        ("8.8.8.8", true), ("93.184.215.14", true), ("2606:4700:4700::1111", true), ("64:ff9b::808:808", true),
+        ("127.0.0.1", false), ("10.1.2.3", false), ("169.254.169.254", false), ("100.64.1.1", false), ("0.0.0.0", false),
+        ("::1", false), ("::ffff:127.0.0.1", false), ("fe80::1", false), ("fd00::1", false), ("64:ff9b::a00:1", false),
+        ("0177.0.0.1", false), ("2130706433", false), ("localhost", false), ("", false), ("[::1]", false),
+    ])
+    func resolvedAddressCheck(address: String, routable: Bool) {
+        #expect(EndpointURL.isPubliclyRoutable(address: address) == routable)
+    }
+
     @Test func validatorIsUsableOnItsOwn() {
         #expect(refusal { try EndpointURL.validate("https://[::1]/", field: "endpoint") }?.field == "endpoint")
         #expect(refusal { try EndpointURL.validate("https://push.example.com/", field: "endpoint") } == nil)
