@@ -1,0 +1,67 @@
+/// Character-level checks shared by every field. Lengths count Unicode scalars, which for the
+/// ASCII-only fields (tokens, ids, locale, timezone) is the byte count.
+enum Text {
+    /// True when `s` holds a character that has no business in a stored or forwarded value: C0 and
+    /// C1 controls, DEL, line/paragraph separators and the bidirectional overrides that can make a
+    /// log line or an admin screen lie about what it shows.
+    static func hasForbiddenCharacter(_ s: String) -> Bool {
+        for scalar in s.unicodeScalars {
+            switch scalar.value {
+            case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0xFEFF:
+                return true
+            default:
+                continue
+            }
+        }
+        return false
+    }
+
+    static func length(_ s: String) -> Int { s.unicodeScalars.count }
+
+    /// Printable ASCII without space (0x21...0x7E).
+    static func isVisibleASCII(_ s: String) -> Bool {
+        s.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }
+    }
+
+    static func all(_ s: String, in allowed: (UInt8) -> Bool) -> Bool {
+        s.utf8.allSatisfy(allowed)
+    }
+
+    static func isAlnum(_ b: UInt8) -> Bool {
+        (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+    }
+
+    static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+    static func isHexDigit(_ b: UInt8) -> Bool {
+        isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66)
+    }
+
+    static func hexValue(_ b: UInt8) -> UInt32? {
+        switch b {
+        case 0x30...0x39: return UInt32(b - 0x30)
+        case 0x41...0x46: return UInt32(b - 0x41 + 10)
+        case 0x61...0x66: return UInt32(b - 0x61 + 10)
+        default: return nil
+        }
+    }
+
+    /// ASCII lower-casing; other bytes are left alone.
+    static func asciiLowercased(_ s: String) -> String {
+        String(decoding: s.utf8.map { ($0 >= 0x41 && $0 <= 0x5A) ? $0 + 0x20 : $0 }, as: UTF8.self)
+    }
+
+    /// A client-chosen key as it may appear in a refusal's `field`: bounded and printable, so a
+    /// hostile key cannot bloat or garble the error envelope.
+    static func displayKey(_ key: String) -> String {
+        var out = ""
+        var count = 0
+        for scalar in key.unicodeScalars {
+            if count == 64 { out += "…"; break }
+            let v = scalar.value
+            out.unicodeScalars.append((v >= 0x20 && v <= 0x7E) ? scalar : "?")
+            count += 1
+        }
+        return out
+    }
+}
