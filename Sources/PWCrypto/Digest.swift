@@ -45,19 +45,21 @@ public enum SHA256 {
     }
 
     /// The digest as lowercase hex, e.g. for log-safe token fingerprints.
-    public static func hexHash(_ bytes: some Collection<UInt8>) -> String { hex(hash(bytes)) }
+    public static func hexHash(_ bytes: some Collection<UInt8>) -> String { Hex.encode(hash(bytes)) }
 }
 
-/// Lowercase hex of `bytes`.
-public func hex(_ bytes: some Collection<UInt8>) -> String {
-    let digits: [UInt8] = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    out.reserveCapacity(bytes.count * 2)
-    for b in bytes {
-        out.append(digits[Int(b >> 4)])
-        out.append(digits[Int(b & 0x0F)])
+public enum Hex {
+    /// Lowercase hex of `bytes`.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits.utf8Start[Int(b >> 4)])
+            out.append(digits.utf8Start[Int(b & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
-    return String(decoding: out, as: UTF8.self)
 }
 
 /// HMAC-SHA-256 (RFC 2104) built on OpenSSL's SHA-256. Thread-safe.

@@ -15,11 +15,11 @@ struct CryptoPrimitiveTests {
 
     /// RFC 4231 test cases 1, 2 and 6 (a key longer than the block size).
     @Test func hmacRFC4231() {
-        #expect(hex(HMACSHA256.mac(key: [UInt8](repeating: 0x0B, count: 20), message: Array("Hi There".utf8)))
+        #expect(Hex.encode(HMACSHA256.mac(key: [UInt8](repeating: 0x0B, count: 20), message: Array("Hi There".utf8)))
             == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
-        #expect(hex(HMACSHA256.mac(key: Array("Jefe".utf8), message: "what do ya want for nothing?".utf8))
+        #expect(Hex.encode(HMACSHA256.mac(key: Array("Jefe".utf8), message: "what do ya want for nothing?".utf8))
             == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
-        #expect(hex(HMACSHA256.mac(key: [UInt8](repeating: 0xAA, count: 131),
+        #expect(Hex.encode(HMACSHA256.mac(key: [UInt8](repeating: 0xAA, count: 131),
                                    message: Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8)))
             == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
     }
@@ -29,6 +29,11 @@ struct CryptoPrimitiveTests {
         for key in [[UInt8](repeating: 7, count: 32), [UInt8](repeating: 9, count: 64), [UInt8](repeating: 1, count: 100)] {
             #expect(HMACSHA256.mac(key: key, message: "header.payload".utf8) == (try tool.hmac("header.payload", key: key)))
         }
+    }
+
+    @Test func hexEncoding() {
+        #expect(Hex.encode([0x00, 0x0F, 0xA5, 0xFF]) == "000fa5ff")
+        #expect(Hex.encode([UInt8]()) == "")
     }
 
     @Test func constantTimeComparison() {

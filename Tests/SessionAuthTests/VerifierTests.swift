@@ -105,6 +105,39 @@ struct AcceptedTokenTests {
     }
 }
 
+/// One verifier shared by many threads: keys and the HMAC secret are immutable, each check owns
+/// its OpenSSL contexts.
+@Suite("Concurrent verification")
+struct ConcurrencyTests {
+    @Test func sharedVerifierAcrossTasks() async throws {
+        let f = try Fixture.get()
+        let keyed = try verifier(jwtPolicy([.rs256, .es256]), jwks: f.jwks)
+        let hs = try verifier(jwtPolicy([.hs256], keys: .hmacSecret(hmacRef)))
+        let rs = try f.token(header: rsaHeader, payload: payload(), keyFile: "rsa.pem")
+        let es = try f.token(header: ecHeader, payload: payload(), keyFile: "ec.pem")
+        let mac = try f.hs256Token(payload: payload(), secret: hmacSecret)
+        let bad = String(es.dropLast(2)) + (es.hasSuffix("AA") ? "BA" : "AA")
+        let results = await withTaskGroup(of: Int.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    var ok = 0
+                    for i in 0..<100 {
+                        switch (worker + i) % 4 {
+                        case 0: if (try? keyed.verify(token: rs).get()) != nil { ok += 1 }
+                        case 1: if (try? keyed.verify(token: es).get()) != nil { ok += 1 }
+                        case 2: if (try? hs.verify(token: mac).get()) != nil { ok += 1 }
+                        default: if failureReason(keyed.verify(token: bad)) == "signature mismatch" { ok += 1 }
+                        }
+                    }
+                    return ok
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(results == 800)
+    }
+}
+
 /// Tokens that must be refused, each with the reason the log would show.
 @Suite("Session tokens that must fail")
 struct RefusedTokenTests {
