@@ -1,0 +1,139 @@
+internal import COpenSSL
+
+/// Algorithm objects fetched once from OpenSSL's default provider.
+///
+/// Fetching by name takes a lock and a store lookup; doing it once keeps the per-request path
+/// to the digest itself. `EVP_MD` objects are immutable and reference counted, so sharing one
+/// across threads is safe (OpenSSL 3 "Thread safety" in `man 7 openssl-threads`).
+final class FetchedAlgorithms: @unchecked Sendable {
+    /// Owned: `EVP_MD *` from `EVP_MD_fetch`, never freed (process lifetime).
+    let sha256: OpaquePointer
+
+    init() {
+        guard let md = EVP_MD_fetch(nil, "SHA256", nil) else {
+            fatalError("OpenSSL cannot provide SHA-256: \(drainOpenSSLErrors())")
+        }
+        sha256 = md
+    }
+}
+
+let fetched = FetchedAlgorithms()
+
+/// Calls `body` with a contiguous view of `bytes`, copying only when the collection has no
+/// contiguous storage.
+@inline(__always)
+func withContiguousBytes<R>(_ bytes: some Collection<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    if let result = bytes.withContiguousStorageIfAvailable(body) { return result }
+    return Array(bytes).withUnsafeBufferPointer(body)
+}
+
+/// SHA-256 (FIPS 180-4) via OpenSSL. Thread-safe.
+public enum SHA256 {
+    public static let byteCount = 32
+
+    public static func hash(_ bytes: some Collection<UInt8>) -> [UInt8] {
+        withContiguousBytes(bytes) { input in
+            [UInt8](unsafeUninitializedCapacity: byteCount) { out, count in
+                var length: UInt32 = 0
+                guard EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, fetched.sha256, nil) == 1,
+                      length == UInt32(byteCount) else {
+                    fatalError("SHA-256 failed: \(drainOpenSSLErrors())")
+                }
+                count = byteCount
+            }
+        }
+    }
+
+    /// The digest as lowercase hex, e.g. for log-safe token fingerprints.
+    public static func hexHash(_ bytes: some Collection<UInt8>) -> String { Hex.encode(hash(bytes)) }
+}
+
+public enum Hex {
+    /// Lowercase hex of `bytes`.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits.utf8Start[Int(b >> 4)])
+            out.append(digits.utf8Start[Int(b & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// HMAC-SHA-256 (RFC 2104) built on OpenSSL's SHA-256. Thread-safe.
+///
+/// It runs on every HS256 session check, so it avoids OpenSSL's `EVP_MAC` path, which fetches
+/// the digest by name on each `EVP_MAC_init` and allocates a context per inner hash. Here a call
+/// allocates one `EVP_MD_CTX` (reused for the inner and outer hash) and the 32-byte result;
+/// the padded key blocks live on the stack.
+///
+/// - Note: a later optimisation is a per-thread reusable `EVP_MD_CTX` (or a per-key context
+///   precomputed after the pad blocks, copied per call), which removes the remaining allocation.
+public enum HMACSHA256 {
+    public static let byteCount = 32
+    private static let blockSize = 64
+
+    public static func mac(key: [UInt8], message: some Collection<UInt8>) -> [UInt8] {
+        // Keys longer than one block are hashed first (RFC 2104, section 2).
+        let shortKey = key.count > blockSize ? SHA256.hash(key) : key
+        return withContiguousBytes(message) { input in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: blockSize * 2 + byteCount) { scratch in
+                let ipad = UnsafeMutableBufferPointer(rebasing: scratch[0..<blockSize])
+                let opad = UnsafeMutableBufferPointer(rebasing: scratch[blockSize..<blockSize * 2])
+                let inner = UnsafeMutableBufferPointer(rebasing: scratch[blockSize * 2..<blockSize * 2 + byteCount])
+                for i in 0..<blockSize {
+                    let k: UInt8 = i < shortKey.count ? shortKey[i] : 0
+                    ipad[i] = k ^ 0x36
+                    opad[i] = k ^ 0x5C
+                }
+                defer { scratch.update(repeating: 0) }
+
+                guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed") }
+                defer { EVP_MD_CTX_free(ctx) }
+                var length: UInt32 = 0
+                guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
+                      EVP_DigestUpdate(ctx, ipad.baseAddress, blockSize) == 1,
+                      EVP_DigestUpdate(ctx, input.baseAddress, input.count) == 1,
+                      EVP_DigestFinal_ex(ctx, inner.baseAddress, &length) == 1 else {
+                    fatalError("HMAC-SHA-256 inner hash failed: \(drainOpenSSLErrors())")
+                }
+                return [UInt8](unsafeUninitializedCapacity: byteCount) { out, count in
+                    guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
+                          EVP_DigestUpdate(ctx, opad.baseAddress, blockSize) == 1,
+                          EVP_DigestUpdate(ctx, inner.baseAddress, byteCount) == 1,
+                          EVP_DigestFinal_ex(ctx, out.baseAddress, &length) == 1 else {
+                        fatalError("HMAC-SHA-256 outer hash failed: \(drainOpenSSLErrors())")
+                    }
+                    count = byteCount
+                }
+            }
+        }
+    }
+}
+
+/// Cryptographically secure random bytes from OpenSSL's DRBG. Thread-safe.
+public enum SecureRandom {
+    /// - Important: traps if OpenSSL cannot produce random bytes: there is no safe fallback, and
+    ///   returning predictable bytes would be worse than stopping.
+    public static func bytes(_ count: Int) -> [UInt8] {
+        precondition(count >= 0 && count <= Int(Int32.max))
+        return [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
+            if count > 0, RAND_bytes(out.baseAddress, Int32(count)) != 1 {
+                fatalError("RAND_bytes failed: \(drainOpenSSLErrors())")
+            }
+            initialized = count
+        }
+    }
+}
+
+/// Compares two byte strings in time that depends only on their lengths (`CRYPTO_memcmp`), so a
+/// MAC check leaks nothing about how many leading bytes matched. Lengths are not secret.
+public func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    if a.isEmpty { return true }
+    return a.withUnsafeBytes { pa in
+        b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0 }
+    }
+}

@@ -1,0 +1,369 @@
+import PWCore
+import PWCrypto
+import PWPolicy
+
+/// Verifies app session JWTs (RFC 7519, compact JWS) as one app's policy says.
+///
+/// Keys are loaded once at `init`: a JWKS file (RS256/ES256) or an HMAC secret (HS256). The
+/// token's `alg` must be in the policy's allow-list and decides the key family, and a key is only
+/// ever used with its own family, so an RSA or EC public key can never become an HMAC secret.
+///
+/// - Important: thread-safe; every stored property is immutable after `init`.
+public final class SessionVerifier: Sendable {
+    /// Longest token accepted, in bytes.
+    public static let maxTokenBytes = 8 * 1024
+    /// Shortest HMAC secret accepted, in bytes (RFC 7518, section 3.2: at least the hash size).
+    public static let minimumHMACSecretBytes = 32
+    /// Longest contact id accepted, in Unicode scalars.
+    public static let maxContactIDLength = 256
+
+    private struct KeyEntry: Sendable {
+        let kid: String?
+        let key: PublicKey
+    }
+
+    private let policy: SessionPolicy
+    private let allowed: Set<JWTAlgorithm>
+    private let hmacSecret: [UInt8]?
+    private let rsaKeys: [KeyEntry]
+    private let ecKeys: [KeyEntry]
+    private let clock: any WallClock
+    /// JWKS entries that were skipped and why (for a start-up log line).
+    public let skippedKeys: [String]
+
+    /// - Parameters:
+    ///   - policy: the app's `session` policy.
+    ///   - secrets: resolves `hmac_secret`.
+    ///   - clock: the time `exp`, `nbf` and `iat` are judged against.
+    ///   - jwksLoader: reads the JWKS file named by the policy (a seam for tests).
+    /// - Throws: `SessionConfigError` when the JWKS cannot be read or parsed, a usable key in it is
+    ///   malformed or too weak, two usable keys share a `kid`, no key serves an allowed algorithm,
+    ///   or the HMAC secret cannot be resolved or is shorter than 32 bytes.
+    public init(policy: SessionPolicy, secrets: some SecretResolving, clock: some WallClock = SystemClock(),
+                jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) throws(SessionConfigError) {
+        self.policy = policy
+        self.allowed = Set(policy.algorithms)
+        self.clock = clock
+        guard !allowed.isEmpty else { throw SessionConfigError("session: no algorithms allowed") }
+
+        switch policy.keys {
+        case .hmacSecret(let ref):
+            let others = policy.algorithms.filter { $0 != .hs256 }.map(\.rawValue)
+            guard others.isEmpty else {
+                throw SessionConfigError("session: \(others.joined(separator: ", ")) needs jwks_file, not hmac_secret")
+            }
+            let secret: [UInt8]
+            do { secret = try secrets.resolve(ref) } catch {
+                throw SessionConfigError("session hmac_secret: \(error.description)")
+            }
+            guard secret.count >= Self.minimumHMACSecretBytes else {
+                throw SessionConfigError("session hmac_secret \(ref) is \(secret.count) bytes; HS256 needs at least \(Self.minimumHMACSecretBytes)")
+            }
+            hmacSecret = secret
+            rsaKeys = []
+            ecKeys = []
+            skippedKeys = []
+        case .jwksFile(let path):
+            guard !allowed.contains(.hs256) else {
+                throw SessionConfigError("session: HS256 needs hmac_secret; JWKS keys are never used as HMAC secrets")
+            }
+            let bytes: [UInt8]
+            do { bytes = try jwksLoader(path) } catch {
+                throw SessionConfigError("session jwks_file \(path): cannot be read (\(error))")
+            }
+            let loaded = try Self.loadJWKS(bytes, path: path)
+            hmacSecret = nil
+            rsaKeys = loaded.rsa
+            ecKeys = loaded.ec
+            skippedKeys = loaded.skipped
+            let usable = (allowed.contains(.rs256) ? rsaKeys.count : 0) + (allowed.contains(.es256) ? ecKeys.count : 0)
+            guard usable > 0 else {
+                let names = policy.algorithms.map(\.rawValue).joined(separator: ", ")
+                throw SessionConfigError("session jwks_file \(path): no key usable with \(names)")
+            }
+        }
+    }
+
+    /// The default `jwksLoader`: the whole file.
+    public static func readJWKSFile(_ path: String) throws -> [UInt8] {
+        guard let bytes = readWholeFile(path) else { throw SessionConfigError("cannot open or read the file") }
+        return bytes
+    }
+
+    private static func loadJWKS(_ bytes: [UInt8], path: String) throws(SessionConfigError)
+        -> (rsa: [KeyEntry], ec: [KeyEntry], skipped: [String]) {
+        let document: JSONValue
+        do { document = try JSONValue.parse(bytes) } catch {
+            throw SessionConfigError("session jwks_file \(path): not JSON (\(error.message) at byte \(error.offset))")
+        }
+        guard let entries = document.objectValue?["keys"]?.arrayValue else {
+            throw SessionConfigError("session jwks_file \(path): expected an object with a \"keys\" array")
+        }
+        var rsa: [KeyEntry] = []
+        var ec: [KeyEntry] = []
+        var skipped: [String] = []
+        var kids: Set<String> = []
+        for (index, entry) in entries.enumerated() {
+            let label = "session jwks_file \(path): keys[\(index)]"
+            guard let jwk = entry.objectValue else { throw SessionConfigError("\(label) is not an object") }
+            let kid: String?
+            switch jwk["kid"] {
+            case nil: kid = nil
+            case .string(let s)?: kid = s
+            case let other?: throw SessionConfigError("\(label): kid is \(other.typeName), not a string")
+            }
+            let name = kid.map { "\(label) (kid \"\($0)\")" } ?? label
+            if let reason = skipReason(jwk) {
+                skipped.append("\(name): \(reason)")
+                continue
+            }
+            let key: PublicKey
+            do { key = try PublicKey(jwk: jwk) } catch {
+                throw SessionConfigError("\(name): \(error.message)")
+            }
+            if let kid {
+                guard kids.insert(kid).inserted else { throw SessionConfigError("\(name): duplicate kid") }
+            }
+            switch key.kind {
+            case .rsa: rsa.append(KeyEntry(kid: kid, key: key))
+            case .ecP256: ec.append(KeyEntry(kid: kid, key: key))
+            }
+        }
+        return (rsa, ec, skipped)
+    }
+
+    /// Why a JWKS entry is not a verification key for RS256/ES256, or nil when it is one.
+    private static func skipReason(_ jwk: JSONObject) -> String? {
+        guard let kty = jwk["kty"]?.stringValue else { return "no kty" }
+        let expectedAlg: String
+        switch kty {
+        case "RSA": expectedAlg = "RS256"
+        case "EC":
+            guard jwk["crv"]?.stringValue == "P-256" else { return "EC curve is not P-256" }
+            expectedAlg = "ES256"
+        default: return "kty \(kty) is not used"
+        }
+        if let use = jwk["use"], use.stringValue != "sig" { return "use is not sig" }
+        if let ops = jwk["key_ops"], !(ops.arrayValue?.contains(.string("verify")) ?? false) {
+            return "key_ops does not include verify"
+        }
+        if let alg = jwk["alg"], alg.stringValue != expectedAlg {
+            return "alg \(alg.stringValue ?? alg.typeName) does not match kty \(kty) (\(expectedAlg))"
+        }
+        return nil
+    }
+
+    // MARK: - Requests
+
+    /// Finds the session token in `headers` (the policy's header as `Bearer <jwt>`, else the
+    /// policy's cookie) and verifies it.
+    public func authenticate(_ headers: HTTPHeaders) -> Result<Session, AuthFailure> {
+        switch token(in: headers) {
+        case .success(let token): return verify(token: token)
+        case .failure(let failure): return .failure(failure)
+        }
+    }
+
+    private func token(in headers: HTTPHeaders) -> Result<String, AuthFailure> {
+        var headerProblem: String?
+        if let name = policy.header {
+            let values = headers.values(name)
+            if values.count > 1 { return .failure(AuthFailure("several \(name) headers")) }
+            if let value = values.first {
+                if let token = Self.bearerToken(value) { return .success(token) }
+                headerProblem = "\(name) header is not a Bearer token"
+            }
+        }
+        if let cookie = policy.cookie, let token = Self.cookie(named: cookie, in: headers.values("Cookie")) {
+            return .success(token)
+        }
+        return .failure(AuthFailure(headerProblem ?? "no session token"))
+    }
+
+    /// The credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive), or nil.
+    static func bearerToken(_ value: String) -> String? {
+        let trimmed = value.utf8.drop { $0 == 0x20 || $0 == 0x09 }
+        guard let space = trimmed.firstIndex(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
+        guard HTTPHeaders.equalsIgnoringCase(String(Substring(trimmed[..<space])), "Bearer") else { return nil }
+        let credentials = trimmed[space...].drop { $0 == 0x20 || $0 == 0x09 }
+        var token = Substring(credentials)
+        while let last = token.utf8.last, last == 0x20 || last == 0x09 { token = token.dropLast() }
+        guard !token.isEmpty, !token.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
+        return String(token)
+    }
+
+    /// The first non-empty value of cookie `name` across `Cookie` header fields (RFC 6265,
+    /// section 5.4: `name=value` pairs separated by `;`, a value optionally in double quotes).
+    /// Names compare case-sensitively.
+    static func cookie(named name: String, in fields: [String]) -> String? {
+        for field in fields {
+            for pair in field.split(separator: ";", omittingEmptySubsequences: true) {
+                guard let equals = pair.firstIndex(of: "=") else { continue }
+                guard trimOWS(pair[..<equals]) == name else { continue }
+                var value = trimOWS(pair[pair.index(after: equals)...])
+                if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
+                if !value.isEmpty { return String(value) }
+            }
+        }
+        return nil
+    }
+
+    private static func trimOWS(_ s: Substring) -> Substring {
+        var out = s
+        while let c = out.first, c == " " || c == "\t" { out = out.dropFirst() }
+        while let c = out.last, c == " " || c == "\t" { out = out.dropLast() }
+        return out
+    }
+
+    // MARK: - Tokens
+
+    /// Verifies one compact JWS token: structure, header, signature, then claims.
+    public func verify(token: String) -> Result<Session, AuthFailure> {
+        func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
+
+        let utf8 = token.utf8
+        guard utf8.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
+        let parts = utf8.split(separator: UInt8(ascii: "."), maxSplits: 4, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return fail("token has \(parts.count) parts, not 3") }
+        guard !utf8.contains(UInt8(ascii: "=")) else { return fail("base64url padding in token") }
+
+        // Header.
+        guard let headerBytes = Base64URL.decode(Substring(parts[0])) else { return fail("header is not base64url") }
+        guard let header = (try? JSONValue.parse(headerBytes))?.objectValue else { return fail("header is not a JSON object") }
+        guard let algName = header["alg"]?.stringValue else { return fail("header has no alg string") }
+        if HTTPHeaders.equalsIgnoringCase(algName, "none") { return fail("alg none not allowed") }
+        guard let alg = JWTAlgorithm(rawValue: algName), allowed.contains(alg) else {
+            return fail("alg \(Self.clip(algName)) not allowed")
+        }
+        if let typ = header["typ"] {
+            guard let text = typ.stringValue, HTTPHeaders.equalsIgnoringCase(text, "JWT") else { return fail("typ is not JWT") }
+        }
+        if header["crit"] != nil { return fail("crit header not supported") }
+        let kid: String?
+        switch header["kid"] {
+        case nil: kid = nil
+        case .string(let s)?: kid = s
+        case let other?: return fail("kid is \(other.typeName), not a string")
+        }
+
+        // Signature over the ASCII of "header.payload".
+        guard let signature = Base64URL.decode(Substring(parts[2])) else { return fail("signature is not base64url") }
+        guard !signature.isEmpty else { return fail("missing signature") }
+        let signingInput = utf8[utf8.startIndex..<parts[1].endIndex]
+        switch alg {
+        case .hs256:
+            guard let secret = hmacSecret else { return fail("no HMAC secret for HS256") }
+            let expected = HMACSHA256.mac(key: secret, message: signingInput)
+            guard constantTimeEquals(expected, signature) else { return fail("signature mismatch") }
+        case .rs256:
+            switch selectKey(rsaKeys, kid: kid, alg: alg) {
+            case .failure(let failure): return .failure(failure)
+            case .success(let key):
+                guard key.verifyRS256(signature: signature, message: signingInput) else { return fail("signature mismatch") }
+            }
+        case .es256:
+            switch selectKey(ecKeys, kid: kid, alg: alg) {
+            case .failure(let failure): return .failure(failure)
+            case .success(let key):
+                guard key.verifyES256(signature: signature, message: signingInput) else { return fail("signature mismatch") }
+            }
+        }
+
+        // Claims, only once the signature holds.
+        guard let payloadBytes = Base64URL.decode(Substring(parts[1])) else { return fail("payload is not base64url") }
+        guard let claims = (try? JSONValue.parse(payloadBytes))?.objectValue else { return fail("payload is not a JSON object") }
+        return check(claims)
+    }
+
+    private func selectKey(_ family: [KeyEntry], kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
+        if let kid {
+            if let entry = family.first(where: { $0.kid == kid }) { return .success(entry.key) }
+            if (rsaKeys + ecKeys).contains(where: { $0.kid == kid }) {
+                return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)"))
+            }
+            return .failure(AuthFailure("unknown kid \(Self.clip(kid))"))
+        }
+        switch family.count {
+        case 0: return .failure(AuthFailure("no key for \(alg.rawValue)"))
+        case 1: return .success(family[0].key)
+        default: return .failure(AuthFailure("no kid, and several keys for \(alg.rawValue)"))
+        }
+    }
+
+    private enum NumericDate {
+        case absent, invalid, value(Double)
+
+        init(_ value: JSONValue?) {
+            switch value {
+            case nil: self = .absent
+            case .number(let text)?:
+                if let v = Double(text), v.isFinite { self = .value(v) } else { self = .invalid }
+            default: self = .invalid
+            }
+        }
+    }
+
+    private func check(_ claims: JSONObject) -> Result<Session, AuthFailure> {
+        func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
+
+        let now = clock.now()
+        let leeway = Double(policy.leewaySeconds)
+        let expiresAt: Double
+        switch NumericDate(claims["exp"]) {
+        case .absent: return fail("missing exp")
+        case .invalid: return fail("exp is not a number")
+        case .value(let exp):
+            // RFC 7519, 4.1.4: valid only while the current time is before exp.
+            guard now < exp + leeway else { return fail("expired") }
+            expiresAt = exp
+        }
+        switch NumericDate(claims["nbf"]) {
+        case .absent: break
+        case .invalid: return fail("nbf is not a number")
+        case .value(let nbf): guard now + leeway >= nbf else { return fail("not yet valid (nbf)") }
+        }
+        switch NumericDate(claims["iat"]) {
+        case .absent: break
+        case .invalid: return fail("iat is not a number")
+        case .value(let iat): guard iat <= now + leeway else { return fail("issued in the future (iat)") }
+        }
+        if let issuer = policy.issuer {
+            guard let iss = claims["iss"] else { return fail("missing iss") }
+            guard iss.stringValue == issuer else { return fail("issuer mismatch") }
+        }
+        if let audience = policy.audience {
+            switch claims["aud"] {
+            case nil: return fail("missing aud")
+            case .string(let aud)?: guard aud == audience else { return fail("audience mismatch") }
+            case .array(let auds)?:
+                guard auds.allSatisfy({ $0.stringValue != nil }) else { return fail("aud array holds a non-string") }
+                guard auds.contains(.string(audience)) else { return fail("audience mismatch") }
+            default: return fail("aud is not a string or an array")
+            }
+        }
+        let claimName = policy.contactClaim
+        guard let contactValue = claims[claimName] else { return fail("missing contact claim \(claimName)") }
+        guard let contact = contactValue.stringValue else {
+            return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
+        }
+        guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
+        guard contact.unicodeScalars.count <= Self.maxContactIDLength else {
+            return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
+        }
+        guard !contact.unicodeScalars.contains(where: Self.isControl) else {
+            return fail("contact claim \(claimName) contains a control character")
+        }
+        return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+    }
+
+    /// C0, DEL, C1, and the Unicode line/paragraph separators (which break log lines).
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        let v = scalar.value
+        return v < 0x20 || (0x7F...0x9F).contains(v) || v == 0x2028 || v == 0x2029
+    }
+
+    /// A token-supplied value, shortened for a log line.
+    private static func clip(_ text: String) -> String {
+        text.unicodeScalars.count <= 40 ? text : String(String.UnicodeScalarView(text.unicodeScalars.prefix(40))) + "…"
+    }
+}
