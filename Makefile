@@ -34,7 +34,7 @@ token: $(DEV_SECRET_FILE)
 ## Runs every test (starts its own redis-server on a free loopback port).
 test: deps
 	swift build --build-tests
-	timeout 1500 swift test --skip-build
+	timeout 1500 swift test --skip-build --no-parallel
 
 ## Benchmarks the release build against nginx (see BENCHMARKS.md).
 bench:

@@ -46,7 +46,7 @@ let package = Package(
         .testTarget(name: "CoreTests", dependencies: ["PWCore"]),
         .testTarget(name: "ClientAPITests", dependencies: ["ClientAPI", "PWPolicy", "PWCore"]),
         .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),
-        .testTarget(name: "SessionAuthTests", dependencies: ["SessionAuth", "PWCrypto", "PWPolicy"]),
+        .testTarget(name: "SessionAuthTests", dependencies: ["SessionAuth", "PWCrypto", "PWPolicy", "PWCore"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "PushWardenTestSupport"]),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "PushWardenTestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "PushWardenTestSupport"]),

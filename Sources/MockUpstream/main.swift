@@ -19,8 +19,7 @@ while let flag = arguments.popFirst() {
     }
 }
 let mock = try MockVoyado(apiKey: key, latencyMillis: latency, record: false, port: port, threads: threads)
-print("mock-upstream listening on 127.0.0.1:\(mock.port) base path \(mock.basePathPrefix) latency \(latency)ms")
-fflush(stdout)
+FileHandle.standardOutput.write(Data("mock-upstream listening on 127.0.0.1:\(mock.port) base path \(mock.basePathPrefix) latency \(latency)ms\n".utf8))
 signal(SIGTERM, SIG_IGN)
 signal(SIGINT, SIG_IGN)
 let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in

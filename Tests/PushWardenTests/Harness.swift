@@ -71,7 +71,7 @@ final class Harness: Sendable {
         let chosenStore: any DedupeStore
         switch store {
         case .redis:
-            chosenStore = sharedStore ?? RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url)))
+            chosenStore = try sharedStore ?? RedisStore(client: RedisClient(configuration: RedisConfiguration(url: RedisServer.shared.url)))
         case .memory:
             chosenStore = sharedStore ?? MemoryStore()
         case .unreachableRedis:

@@ -57,7 +57,7 @@ public struct ClientAPIHandler: HTTPHandler {
         let requestID = RequestID.from(request.head.headers)
         let response: HTTPResponse
         var appLabel = "-", routeLabel = "-"
-        do {
+        do throws(ContractError) {
             let (app, route) = try resolve(request.head).get()
             appLabel = app.policy.id
             routeLabel = route.rawValue
@@ -153,7 +153,7 @@ public struct ClientAPIHandler: HTTPHandler {
             guard caller.adapter.accepts(installation) else { return .skipped }
             let request = caller.adapter.registerRequest(installation, contactID: contactID)
             let keys = DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: installation.pushToken)
-            do {
+            do throws(ContractError) {
                 let outcome = try await deduper.register(
                     keys: keys, fingerprint: Fingerprint.of(request), refreshAfterSeconds: refreshAfter,
                     lockMillis: caller.budgetMillis + 1000, app: appID
@@ -184,7 +184,7 @@ public struct ClientAPIHandler: HTTPHandler {
         let appID = app.policy.id
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
             await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: previous), app: appID)
-            do {
+            do throws(ContractError) {
                 _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: previous), operation: .unregister)
                 return .forwarded
             } catch {
@@ -206,7 +206,7 @@ public struct ClientAPIHandler: HTTPHandler {
         let appID = app.policy.id
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
             await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: pushToken), app: appID)
-            do {
+            do throws(ContractError) {
                 _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: pushToken), operation: .unregister)
                 return .forwarded
             } catch {
@@ -222,7 +222,7 @@ public struct ClientAPIHandler: HTTPHandler {
         let contactID = session.contactID
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
             guard caller.adapter.acceptsEvents else { return .skipped }
-            do {
+            do throws(ContractError) {
                 _ = try await caller.call(caller.adapter.eventsRequest(events, contactID: contactID), operation: .events)
                 return .forwarded
             } catch {
@@ -281,7 +281,7 @@ enum Fingerprint {
         material.append(contentsOf: request.url.utf8)
         material.append(0)
         material.append(contentsOf: request.body)
-        return String(SHA256.hex(SHA256.hash(material)).prefix(32))
+        return String(SHA256.hexHash(material).prefix(32))
     }
 }
 

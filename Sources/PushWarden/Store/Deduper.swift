@@ -12,7 +12,7 @@ public struct DedupeKeys: Sendable, Equatable {
         material.append(contentsOf: upstream.utf8)
         material.append(0)
         material.append(contentsOf: pushToken.utf8)
-        let digest = SHA256.hex(SHA256.hash(material))
+        let digest = SHA256.hexHash(material)
         entry = "pw:v1:reg:" + digest
         lock = "pw:v1:lock:" + digest
     }
