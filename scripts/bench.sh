@@ -101,7 +101,7 @@ results=()
 run() {
   local name=$1 url=$2 conns=$3; shift 3
   local out="$work/$name.txt"
-  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$DURATION" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
+  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"${DURATION}" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
   local rps p50 p99 non2xx errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$out")
   p50=$(awk '$1=="50%" {print $2}' "$out")
@@ -112,8 +112,10 @@ run() {
 }
 rss() { awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/proc/$pw_pid/status"; }
 
-echo "warming the dedupe cache with $POOL registrations..." >&2
-LUA=scripts/bench/register.lua run warmup "http://127.0.0.1:$pw_port" 32 MODE=hit
+# Long enough for every pooled token to be registered once (each call waits LATENCY_MS upstream).
+warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
+echo "warming the dedupe cache with $POOL registrations (${warm_seconds}s)..." >&2
+DURATION=${warm_seconds}s LUA=scripts/bench/register.lua run warmup "http://127.0.0.1:$pw_port" 256 MODE=hit
 LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS"
 LUA=scripts/bench/register.lua run pw_dedupe_hit "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" MODE=hit
 rss_hit=$(rss)

@@ -17,6 +17,8 @@ public struct ServeConfiguration: Sendable {
     public var threads: Int
     /// How long in-flight requests may take to finish on shutdown.
     public var shutdownGraceSeconds: Double
+    /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call).
+    public var upstreamConnectionsPerHost: Int = 512
 
     public init(listen: HostPort = HostPort(host: "127.0.0.1", port: 8080), admin: HostPort = HostPort(host: "127.0.0.1", port: 9090),
                 redisURL: String? = nil, logLevel: Logger.Level = .info, threads: Int = 0, shutdownGraceSeconds: Double = 10) {
@@ -117,7 +119,11 @@ public final class Sidecar: Sendable {
             httpClient = nil
         } else {
             do {
-                let client = try HTTPClient()
+                // Providers speaking HTTP/1.1 need one connection per in-flight call: at 50 ms per call,
+                // 64 connections would cap a host at about 1,300 calls/s.
+                let client = try HTTPClient(configuration: HTTPClientConfiguration(
+                    maxConnectionsPerHost: configuration.upstreamConnectionsPerHost,
+                    maxTotalConnections: configuration.upstreamConnectionsPerHost * 2))
                 httpClient = client
                 network = client
             } catch {
