@@ -143,4 +143,4 @@ for r in "${results[@]}"; do
 done
 echo "pushwarden RSS after dedupe-hit run: $rss_hit; after forwarded run: $rss_fwd"
 echo "warm-up: $(get warmup 1) req/s, non2xx $(get warmup 4)"
-grep -c '"level":"error"' "$work/pushwarden.log" | xargs -I{} echo "pushwarden error log lines: {}"
+echo "pushwarden error log lines: $(grep -c '"level":"error"' "$work/pushwarden.log" || true)"
