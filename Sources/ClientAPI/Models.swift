@@ -49,8 +49,12 @@ public struct Installation: Sendable, Equatable {
     public var pushService: PushService
     /// The token in its normalised form: APNs hex in lower case; FCM tokens and endpoint URLs as sent.
     public var pushToken: String
-    /// Present exactly when `pushToken` is an endpoint URL (`web_push`, `unified_push`).
+    /// Present exactly when `pushToken` is an endpoint URL: always for `web_push` and
+    /// `unified_push`, and for the Web Push form of `apns`, `apns_voip` and `fcm`.
     public var webPushKeys: WebPushKeys?
+
+    /// True for the Web Push form (an endpoint URL with keys), false for a vendor's raw token.
+    public var isWebPushForm: Bool { webPushKeys != nil }
     /// `production` unless the client said `sandbox`; only `apns`/`apns_voip` may say `sandbox`.
     public var environment: APNsEnvironment
     /// The token this one replaces after a rotation, normalised like `pushToken`, never equal to it.

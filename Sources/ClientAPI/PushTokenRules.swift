@@ -14,6 +14,13 @@ enum PushTokenRules {
         service == .webPush || service == .unifiedPush
     }
 
+    /// The native services that also come in a Web Push form: an endpoint URL with keys, delivered
+    /// over that vendor's transport (Fluxer registers `android_fcm`, `ios_apns` and `ios_apns_voip`
+    /// this way). Providers that only take the vendor's raw token skip the URL form.
+    static func carriesWebPush(_ service: PushService) -> Bool {
+        service == .apns || service == .apnsVoip || service == .fcm
+    }
+
     /// The platform → push service pairs a device can actually hold.
     static func allowed(_ service: PushService, on platform: Platform) -> Bool {
         switch platform {
@@ -68,7 +75,7 @@ enum PushTokenRules {
                                 field: field)
         }
         let isURL = looksLikeURL(token)
-        if takesURL(service) {
+        if takesURL(service) || (isURL && carriesWebPush(service)) {
             guard isURL else {
                 throw ContractError(.tokenPlatformMismatch,
                                     "push_service \(service.rawValue) expects the subscription's endpoint URL in \(field)",

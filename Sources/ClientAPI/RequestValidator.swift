@@ -105,10 +105,10 @@ public enum RequestValidator {
         let token = try PushTokenRules.validate(rawToken, service: service, platform: platform, field: "push_token")
 
         var keys: WebPushKeys?
-        let takesURL = PushTokenRules.takesURL(service)
+        let takesURL = PushTokenRules.looksLikeURL(token)
         if let keyObject = r.object("web_push_keys") {
             guard takesURL else {
-                throw ContractError(.invalidWebPush, "web_push_keys is only for Web Push endpoint URLs, not push_service \(service.rawValue)",
+                throw ContractError(.invalidWebPush, "web_push_keys is only for Web Push endpoint URLs, not for a \(service.rawValue) device token",
                                     field: "web_push_keys")
             }
             keys = try readWebPushKeys(keyObject)
@@ -120,6 +120,11 @@ public enum RequestValidator {
         var previous: String?
         if let raw = r.string("previous_push_token") {
             let normalised = try PushTokenRules.validate(raw, service: service, platform: platform, field: "previous_push_token")
+            guard PushTokenRules.looksLikeURL(normalised) == takesURL else {
+                throw ContractError(.tokenPlatformMismatch,
+                                    "previous_push_token must have the same form as push_token (both endpoint URLs or both device tokens)",
+                                    field: "previous_push_token")
+            }
             guard normalised != token else {
                 throw ContractError(.invalidRequest, "previous_push_token must differ from push_token", field: "previous_push_token")
             }

@@ -27,6 +27,7 @@ public struct VoyadoAdapter: UpstreamAdapter {
     }
 
     public func accepts(_ installation: Installation) -> Bool {
+        guard !installation.isWebPushForm else { return false }
         switch (installation.platform, installation.pushService) {
         case (.ios, .apns), (.android, .fcm): return true
         default: return false
