@@ -177,34 +177,30 @@ public struct UpstreamPolicy: Sendable, Equatable {
     }
 }
 
-/// Provider-specific settings. Each provider's case carries exactly what its document needs.
+/// Provider-specific settings. Each provider's case carries exactly what its document needs; the
+/// settings types, their policy keys and readers live in `Providers/<Provider>+Policy.swift`.
 public enum ProviderConfig: Sendable, Equatable {
     case voyado(VoyadoConfig)
+    case voidhash(VoidhashConfig)
+    case fluxer(FluxerConfig)
+    case nativeNotify(NativeNotifyConfig)
+    case pushNotice(PushNoticeConfig)
     /// Logs the exact request it would send (secrets and tokens redacted) and answers as the
     /// emulated provider would.
     case dryRun(DryRunConfig)
 
-    /// The provider's name as written in the policy.
-    public var kind: String {
+    /// The settings, as a reviewer reads them.
+    public var settings: any ProviderSettings {
         switch self {
-        case .voyado: return "voyado"
-        case .dryRun: return "dry_run"
+        case .voyado(let c): return c
+        case .voidhash(let c): return c
+        case .fluxer(let c): return c
+        case .nativeNotify(let c): return c
+        case .pushNotice(let c): return c
+        case .dryRun(let c): return c
         }
     }
-}
 
-public struct VoyadoConfig: Sendable, Equatable {
-    /// `https://app-push-prod.voyado.com/api/v1/<tenant>/<id>/<env>`, no trailing slash.
-    public var basePath: String
-    public var apiKey: SecretRef
-    public init(basePath: String, apiKey: SecretRef) {
-        self.basePath = basePath
-        self.apiKey = apiKey
-    }
-}
-
-public struct DryRunConfig: Sendable, Equatable {
-    /// The provider whose request shapes and answers are emulated (`voyado`).
-    public var emulates: String
-    public init(emulates: String) { self.emulates = emulates }
+    /// The provider's name as written in the policy.
+    public var kind: String { settings.providerName }
 }

@@ -70,8 +70,8 @@ public enum PolicyExplainer {
         out.append("  Server-held values injected:")
         out.append("    - contact_id: from the session claim '\(session.contactClaim)'")
         for upstream in app.upstreams {
-            if case .voyado(let config) = upstream.provider {
-                out.append("    - upstream '\(upstream.name)' API key: from \(config.apiKey)")
+            for value in upstream.provider.settings.injected {
+                out.append("    - upstream '\(upstream.name)': \(value)")
             }
         }
 
@@ -79,24 +79,22 @@ public enum PolicyExplainer {
         for upstream in app.upstreams {
             let role = upstream.role == .primary ? "primary, answers the client" : "shadow, best effort"
             let timing = "timeout \(Values.formatMillis(upstream.timeoutMillis)), \(upstream.retry.attempts) attempt(s)"
-            switch upstream.provider {
-            case .voyado(let config):
-                let host = hostOf(config.basePath)
-                out.append("    - '\(upstream.name)': Voyado at host \(host) (\(config.basePath)); \(role); \(upstream.delivery.rawValue) delivery; \(timing)")
-            case .dryRun(let config):
-                out.append("    - '\(upstream.name)': dry run emulating \(config.emulates); \(role); nothing leaves this host, requests are logged with secrets and tokens redacted")
+            let settings = upstream.provider.settings
+            if let endpoint = settings.endpoint {
+                out.append("    - '\(upstream.name)': \(settings.summary) (host \(hostOf(endpoint))); \(role); \(upstream.delivery.rawValue) delivery; \(timing)")
+            } else {
+                out.append("    - '\(upstream.name)': \(settings.summary); \(role)")
             }
         }
-        let hosts = app.upstreams.compactMap { upstream -> String? in
-            if case .voyado(let config) = upstream.provider { return hostOf(config.basePath) }
-            return nil
-        }
+        let hosts = app.upstreams.compactMap { $0.provider.settings.endpoint.map(hostOf) }
         out.append("  Hosts receiving data: " + (hosts.isEmpty ? "none (dry run only)" : uniqued(hosts).joined(separator: ", ")))
 
         var secrets: [String] = []
         if case .hmacSecret(let ref) = session.keys { secrets.append("\(ref) (session HMAC secret)") }
         for upstream in app.upstreams {
-            if case .voyado(let config) = upstream.provider { secrets.append("\(config.apiKey) (upstream '\(upstream.name)' API key)") }
+            for use in upstream.provider.settings.secrets {
+                secrets.append("\(use.reference) (upstream '\(upstream.name)' \(use.purpose))")
+            }
         }
         out.append("  Secrets referenced (names only): " + (secrets.isEmpty ? "none" : secrets.joined(separator: ", ")))
         out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")

@@ -63,14 +63,34 @@ public enum PolicyLoader {
 
 /// The policy schema, one function per section. Each returns nil when its section had an error
 /// (already reported), and keeps reading the sections after it.
-private struct PolicyReader {
+struct PolicyReader {
     let checker: Checker
     let sourcePath: String
 
-    static let providers = ["voyado", "dry_run"]
-    static let plannedProviders = ["voidhash", "fluxer", "nativenotify", "pushnotice"]
     static let commonUpstreamKeys = ["name", "provider", "role", "delivery", "timeout", "retry"]
-    static let providerKeys: [String: [String]] = ["voyado": ["base_path", "api_key"], "dry_run": ["emulates"]]
+
+    /// How one provider's upstream block is read: its own keys (nil while the provider is not
+    /// supported, so its keys cannot be judged) and the reader, which lives in
+    /// `Providers/<Provider>+Policy.swift` beside the provider's settings.
+    struct ProviderReader: Sendable {
+        var keys: [String]?
+        var read: @Sendable (PolicyReader, Fields) -> ProviderConfig?
+    }
+
+    static let providerReaders: [(name: String, reader: ProviderReader)] = [
+        ("voyado", ProviderReader(keys: VoyadoConfig.policyKeys, read: { $0.voyado($1) })),
+        ("voidhash", ProviderReader(keys: VoidhashConfig.policyKeys, read: { $0.voidhash($1) })),
+        ("fluxer", ProviderReader(keys: FluxerConfig.policyKeys, read: { $0.fluxer($1) })),
+        ("nativenotify", ProviderReader(keys: NativeNotifyConfig.policyKeys, read: { $0.nativeNotify($1) })),
+        ("pushnotice", ProviderReader(keys: PushNoticeConfig.policyKeys, read: { $0.pushNotice($1) })),
+        ("dry_run", ProviderReader(keys: DryRunConfig.policyKeys, read: { $0.dryRun($1) })),
+    ]
+
+    static var providers: [String] { providerReaders.map(\.name) }
+
+    static func reader(for name: String) -> ProviderReader? {
+        providerReaders.first { $0.name == name }?.reader
+    }
 
     func policy(_ root: YAMLNode) -> Policy? {
         let fields = Fields(checker, root, "", allowed: ["version", "apps"])
@@ -369,7 +389,7 @@ private struct PolicyReader {
     func upstream(_ node: YAMLNode, _ path: String, single: Bool) -> ParsedUpstream {
         var parsed = ParsedUpstream()
         let providerName = Self.rawValue(of: "provider", in: node)?.scalar
-        let allowed = providerName.flatMap { Self.providerKeys[$0] }.map { Self.commonUpstreamKeys + $0 }
+        let allowed = providerName.flatMap { Self.reader(for: $0)?.keys }.map { Self.commonUpstreamKeys + $0 }
         // Without a supported provider its keys cannot be judged: only the provider is reported.
         let fields = Fields(checker, node, path, allowed: allowed)
         guard fields.isMapping else { return parsed }
@@ -418,37 +438,16 @@ private struct PolicyReader {
     func provider(_ node: YAMLNode, _ fields: Fields) -> ProviderConfig? {
         let path = fields.at("provider")
         guard let name = checker.string(node, path) else { return nil }
-        if Self.plannedProviders.contains(name) {
-            checker.report(node.mark, path, "provider '\(name)' is not supported in this version; supported: \(Self.providers.joined(separator: ", "))")
-            return nil
-        }
-        guard Self.providers.contains(name) else {
+        guard let reader = Self.reader(for: name) else {
             checker.report(node.mark, path, "invalid value '\(Checker.clip(name))'; expected one of: \(Self.providers.joined(separator: ", "))")
             return nil
         }
-        switch name {
-        case "voyado":
-            let basePath = fields.required("base_path").flatMap { upstreamURL($0, fields.at("base_path")) }
-            let apiKey = fields.required("api_key").flatMap { checker.secret($0, fields.at("api_key")) }
-            guard let basePath, let apiKey else { return nil }
-            return .voyado(VoyadoConfig(basePath: basePath, apiKey: apiKey))
-        default:
-            var emulates: String? = "voyado"
-            if let node = fields["emulates"] {
-                let at = fields.at("emulates")
-                emulates = checker.string(node, at)
-                if let value = emulates, value != "voyado" {
-                    if Self.plannedProviders.contains(value) {
-                        checker.report(node.mark, at, "emulating '\(value)' is not supported in this version; supported: voyado")
-                    } else {
-                        checker.report(node.mark, at, "invalid value '\(Checker.clip(value))'; expected one of: voyado")
-                    }
-                    emulates = nil
-                }
-            }
-            guard let emulates else { return nil }
-            return .dryRun(DryRunConfig(emulates: emulates))
+        guard reader.keys != nil else {
+            let supported = Self.providerReaders.filter { $0.reader.keys != nil }.map(\.name)
+            checker.report(node.mark, path, "provider '\(name)' is not supported in this version; supported: \(supported.joined(separator: ", "))")
+            return nil
         }
+        return reader.read(self, fields)
     }
 
     func retry(_ node: YAMLNode, _ path: String) -> RetryPolicy? {

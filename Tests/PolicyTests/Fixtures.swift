@@ -326,7 +326,7 @@ let moreBadFixtures: [Fixture] = [
         "t.yaml:5:13: apps.shop.session.type: session type 'introspect' is not supported in this version; use jwt",
     ]),
     Fixture(name: "unknown provider", yaml: minimalPolicy.replacingFirst("provider: dry_run", with: "provider: apns"), expected: [
-        "t.yaml:12:19: apps.shop.upstreams[0].provider: invalid value 'apns'; expected one of: voyado, dry_run",
+        "t.yaml:12:19: apps.shop.upstreams[0].provider: invalid value 'apns'; expected one of: voyado, voidhash, fluxer, nativenotify, pushnotice, dry_run",
     ]),
     Fixture(name: "dry run emulating an unsupported provider",
             yaml: minimalPolicy + "        emulates: fluxer\n", expected: [

@@ -8,14 +8,17 @@ import PWPolicy
 ///
 /// Quirks kept here:
 /// - An installation is identified solely by its push token; `platform` is `ios` or `android`
-///   only, so web push, VoIP and UnifiedPush installations are skipped.
+///   only and the token is the raw APNs or FCM token, so web push, VoIP and UnifiedPush
+///   installations (and the Web Push form of any service) are skipped.
 /// - `contact_id` is required on register and on every event; PushWarden injects the session's.
 /// - Metadata fields are sent when present (Voyado recommends them though it does not use them yet).
 /// - `400` carries `{"error": {"code": ...}}`; `401` means the key does not match the tenant.
+/// - A rotation registers the new token and unregisters the old one (the default retirement).
 public struct VoyadoAdapter: UpstreamAdapter {
     public let name: String
     public let provider = "voyado"
     public let acceptsEvents = true
+    public let settingsDigest: String
     let basePath: String
     let authorization: String
 
@@ -23,6 +26,7 @@ public struct VoyadoAdapter: UpstreamAdapter {
     public init(name: String, config: VoyadoConfig, apiKey: [UInt8]) {
         self.name = name
         self.basePath = config.basePath
+        self.settingsDigest = config.basePath
         self.authorization = "Bearer " + String(decoding: apiKey, as: UTF8.self)
     }
 
@@ -34,11 +38,12 @@ public struct VoyadoAdapter: UpstreamAdapter {
         }
     }
 
-    public func registerRequest(_ installation: Installation, contactID: String) -> HTTPClientRequest {
+    public func registerRequest(_ installation: Installation, context: CallContext, identity: UpstreamIdentity?,
+                                previous: UpstreamIdentity?) -> HTTPClientRequest {
         var body: [JSONMember] = [
             JSONMember("platform", .string(installation.platform.rawValue)),
             JSONMember("push_token", .string(installation.pushToken)),
-            JSONMember("contact_id", .string(contactID)),
+            JSONMember("contact_id", .string(context.contactID)),
         ]
         let metadata = installation.metadata
         for (key, value) in [("app_version", metadata.appVersion), ("os_version", metadata.osVersion),
@@ -49,16 +54,16 @@ public struct VoyadoAdapter: UpstreamAdapter {
         return post("/installations", .object(JSONObject(body)))
     }
 
-    public func unregisterRequest(pushToken: String) -> HTTPClientRequest {
+    public func unregisterRequest(pushToken: String, context: CallContext, identity: UpstreamIdentity?) -> HTTPClientRequest? {
         post("/installations/unregister", .object(JSONObject([JSONMember("push_token", .string(pushToken))])))
     }
 
-    public func eventsRequest(_ events: [EngagementEvent], contactID: String) -> HTTPClientRequest {
+    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest {
         let encoded: [JSONValue] = events.map { event in
             var members: [JSONMember] = [
                 JSONMember("type", .string(event.type.rawValue)),
                 JSONMember("message_id", .string(event.messageID)),
-                JSONMember("contact_id", .string(contactID)),
+                JSONMember("contact_id", .string(context.contactID)),
                 JSONMember("recipient_id", .string(event.recipientID)),
                 JSONMember("occurred_at", .string(event.occurredAt)),
             ]
@@ -71,19 +76,9 @@ public struct VoyadoAdapter: UpstreamAdapter {
     }
 
     public func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict {
-        switch response.status {
-        case 200..<300:
-            return .accepted
-        case 401, 403:
-            return .authFailed
-        case 404 where operation == .unregister:
-            // Not documented by Voyado; an installation that is already gone is what unregister wants.
-            return .accepted
-        case 408, 425, 429, 500...599:
-            return .retry(afterSeconds: retryAfterSeconds(response))
-        default:
-            return .rejected(code: Self.errorCode(response.body) ?? "http_\(response.status)")
-        }
+        // Not documented by Voyado; an installation that is already gone is what unregister wants.
+        if response.status == 404, operation == .unregister { return .accepted }
+        return standardVerdict(response) { UpstreamJSON.errorCode($0.body) }
     }
 
     public func emulatedResponse(to request: HTTPClientRequest) -> HTTPClientResponse {
@@ -95,19 +90,7 @@ public struct VoyadoAdapter: UpstreamAdapter {
         return HTTPClientResponse(status: 202, headers: [:], body: [])
     }
 
-    /// `{"error": {"code": "invalid_platform", ...}}` → `invalid_platform`.
-    static func errorCode(_ body: [UInt8]) -> String? {
-        guard let code = (try? JSONValue.parse(body))?.objectValue?["error"]?.objectValue?["code"]?.stringValue,
-              !code.isEmpty, code.count <= 64 else { return nil }
-        return code
-    }
-
     private func post(_ path: String, _ body: JSONValue) -> HTTPClientRequest {
-        HTTPClientRequest(
-            method: "POST",
-            url: basePath + path,
-            headers: ["Authorization": authorization, "Content-Type": "application/json", "Accept": "application/json"],
-            body: body.encoded()
-        )
+        UpstreamJSON.request("POST", basePath + path, headers: ["Authorization": authorization], body: body)
     }
 }

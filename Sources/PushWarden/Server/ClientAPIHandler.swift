@@ -18,13 +18,15 @@ import SessionAuth
 public struct ClientAPIHandler: HTTPHandler {
     let apps: [String: AppRuntime]
     let deduper: Deduper
+    let identities: IdentityStore
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
 
-    init(apps: [String: AppRuntime], deduper: Deduper, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
+    init(apps: [String: AppRuntime], deduper: Deduper, identities: IdentityStore, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
         self.apps = apps
         self.deduper = deduper
+        self.identities = identities
         self.rateLimiter = rateLimiter
         self.metrics = metrics
         self.logger = logger
@@ -68,13 +70,13 @@ public struct ClientAPIHandler: HTTPHandler {
             switch route {
             case .register:
                 let installation = try RequestValidator.installation(body: request.body, policy: client, contactID: session.contactID)
-                result = try await register(installation, session: session, app: app, requestID: requestID)
+                result = try await register(installation, session: session, headers: request.head.headers, app: app, requestID: requestID)
             case .unregister:
                 let pushToken = try RequestValidator.unregister(body: request.body, policy: client, contactID: session.contactID)
-                result = try await unregister(pushToken, app: app, requestID: requestID)
+                result = try await unregister(pushToken, session: session, headers: request.head.headers, app: app, requestID: requestID)
             case .events:
                 let events = try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID)
-                result = try await report(events, session: session, app: app, requestID: requestID)
+                result = try await report(events, session: session, headers: request.head.headers, app: app, requestID: requestID)
             }
             var body = JSONObject([JSONMember("request_id", .string(requestID))])
             body.members.append(contentsOf: result.members)
@@ -143,25 +145,40 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Register
 
-    private func register(_ installation: Installation, session: Session, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
-        let contactID = session.contactID
+    private func register(_ installation: Installation, session: Session, headers: HTTPHeaders, app: AppRuntime,
+                          requestID: String) async throws(ContractError) -> JSONObject {
+        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
+        // Each provider's own rules first: when the primary would refuse, nothing is forwarded.
+        var refusals: [String: ContractError] = [:]
+        for caller in app.upstreams where caller.adapter.accepts(installation) {
+            do throws(ContractError) {
+                try caller.adapter.validate(installation, context: context)
+            } catch {
+                if caller.policy.role == .primary { throw error }
+                refusals[caller.adapter.name] = error
+            }
+        }
+        let refused = refusals
         let deduper = self.deduper
+        let identities = self.identities
         let metrics = self.metrics
         let refreshAfter = app.policy.dedupe.refreshAfterSeconds
         let appID = app.policy.id
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            guard caller.adapter.accepts(installation) else { return .skipped }
-            let request = caller.adapter.registerRequest(installation, contactID: contactID)
-            let keys = DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: installation.pushToken)
+            let adapter = caller.adapter
+            guard adapter.accepts(installation) else { return .skipped }
+            if let refusal = refused[adapter.name] { return .failed(refusal) }
+            let keys = DedupeKeys(app: appID, upstream: adapter.name, pushToken: installation.pushToken)
+            let fingerprint = Fingerprint.of(installation, contactID: context.contactID, settings: adapter.settingsDigest)
             do throws(ContractError) {
                 let outcome = try await deduper.register(
-                    keys: keys, fingerprint: Fingerprint.of(request), refreshAfterSeconds: refreshAfter,
+                    keys: keys, fingerprint: fingerprint, refreshAfterSeconds: refreshAfter,
                     lockMillis: caller.budgetMillis + 1000, app: appID
                 ) { () async throws(ContractError) in
-                    _ = try await caller.call(request, operation: .register)
+                    try await Self.forward(installation, context: context, caller: caller, identities: identities, app: appID)
                 }
                 if outcome == .unchanged {
-                    metrics.dedupeHit(app: appID, upstream: caller.adapter.name)
+                    metrics.dedupeHit(app: appID, upstream: adapter.name)
                     return .unchanged
                 }
                 return .forwarded
@@ -170,26 +187,59 @@ public struct ClientAPIHandler: HTTPHandler {
             }
         }
         let answer = try app.answer(outcomes, logger: logger, requestID: requestID)
-        if let previous = installation.previousPushToken, previous != installation.pushToken {
-            await retire(previous, app: app, requestID: requestID)
+        if let previous = installation.previousPushToken {
+            let forwarded = Set(outcomes.compactMap { name, outcome in outcome.isForwarded ? name : nil })
+            await retire(previous, replacedBy: installation, context: context, upstreams: forwarded, app: app, requestID: requestID)
         }
         logger.debug("registered", [("app", appID), ("request_id", requestID), ("token", Redact.token(installation.pushToken)),
-                                    ("contact", Redact.contact(contactID))])
+                                    ("contact", Redact.contact(context.contactID))])
         return answer
     }
 
-    /// After a rotation the old token is dead: forget it and remove it upstream, best effort.
-    private func retire(_ previous: String, app: AppRuntime, requestID: String) async {
+    /// One registration at one upstream: the identity it handed back before (if it hands any
+    /// back), the call, and the identity to keep.
+    private static func forward(_ installation: Installation, context: CallContext, caller: UpstreamCaller,
+                                identities: IdentityStore, app: String) async throws(ContractError) {
+        let adapter = caller.adapter
+        var identity: UpstreamIdentity?
+        var previous: UpstreamIdentity?
+        if adapter.keepsIdentity {
+            identity = await identities.get(app: app, upstream: adapter.name, pushToken: installation.pushToken)
+            if let previousToken = installation.previousPushToken {
+                previous = await identities.get(app: app, upstream: adapter.name, pushToken: previousToken)
+            }
+        }
+        let request = try adapter.registerRequest(installation, context: context, identity: identity, previous: previous)
+        let response = try await caller.call(request, operation: .register)
+        if adapter.keepsIdentity,
+           let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
+            await identities.set(kept, app: app, upstream: adapter.name, pushToken: installation.pushToken)
+        }
+    }
+
+    /// After a rotation the old token is dead: forget it, and let each provider that took the new
+    /// one retire the old one (by default an unregister), best effort.
+    private func retire(_ previous: String, replacedBy installation: Installation, context: CallContext, upstreams: Set<String>,
+                        app: AppRuntime, requestID: String) async {
         let deduper = self.deduper
+        let identities = self.identities
         let appID = app.policy.id
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: previous), app: appID)
-            do throws(ContractError) {
-                _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: previous), operation: .unregister)
-                return .forwarded
-            } catch {
-                return .failed(error)
+            let adapter = caller.adapter
+            guard upstreams.contains(adapter.name) else { return .skipped }
+            await deduper.forget(keys: DedupeKeys(app: appID, upstream: adapter.name, pushToken: previous), app: appID)
+            let identity = adapter.keepsIdentity ? await identities.get(app: appID, upstream: adapter.name, pushToken: previous) : nil
+            var outcome = UpstreamOutcome.skipped
+            if let request = adapter.retireRequest(previousToken: previous, installation: installation, context: context, identity: identity) {
+                do throws(ContractError) {
+                    _ = try await caller.call(request, operation: .unregister)
+                    outcome = .forwarded
+                } catch {
+                    outcome = .failed(error)
+                }
             }
+            if adapter.keepsIdentity { await identities.delete(app: appID, upstream: adapter.name, pushToken: previous) }
+            return outcome
         }
         for (name, outcome) in outcomes {
             if case .failed(let error) = outcome {
@@ -201,13 +251,22 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Unregister
 
-    private func unregister(_ pushToken: String, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
+    private func unregister(_ pushToken: String, session: Session, headers: HTTPHeaders, app: AppRuntime,
+                            requestID: String) async throws(ContractError) -> JSONObject {
+        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
         let deduper = self.deduper
+        let identities = self.identities
         let appID = app.policy.id
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            await deduper.forget(keys: DedupeKeys(app: appID, upstream: caller.adapter.name, pushToken: pushToken), app: appID)
+            let adapter = caller.adapter
+            await deduper.forget(keys: DedupeKeys(app: appID, upstream: adapter.name, pushToken: pushToken), app: appID)
+            let identity = adapter.keepsIdentity ? await identities.get(app: appID, upstream: adapter.name, pushToken: pushToken) : nil
             do throws(ContractError) {
-                _ = try await caller.call(caller.adapter.unregisterRequest(pushToken: pushToken), operation: .unregister)
+                guard let request = try adapter.unregisterRequest(pushToken: pushToken, context: context, identity: identity) else {
+                    return .skipped
+                }
+                _ = try await caller.call(request, operation: .unregister)
+                if adapter.keepsIdentity { await identities.delete(app: appID, upstream: adapter.name, pushToken: pushToken) }
                 return .forwarded
             } catch {
                 return .failed(error)
@@ -218,12 +277,13 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Events
 
-    private func report(_ events: [EngagementEvent], session: Session, app: AppRuntime, requestID: String) async throws(ContractError) -> JSONObject {
-        let contactID = session.contactID
+    private func report(_ events: [EngagementEvent], session: Session, headers: HTTPHeaders, app: AppRuntime,
+                        requestID: String) async throws(ContractError) -> JSONObject {
+        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
             guard caller.adapter.acceptsEvents else { return .skipped }
             do throws(ContractError) {
-                _ = try await caller.call(caller.adapter.eventsRequest(events, contactID: contactID), operation: .events)
+                _ = try await caller.call(caller.adapter.eventsRequest(events, context: context), operation: .events)
                 return .forwarded
             } catch {
                 return .failed(error)
@@ -239,6 +299,11 @@ public struct ClientAPIHandler: HTTPHandler {
 enum UpstreamOutcome: Sendable {
     case forwarded, unchanged, skipped
     case failed(ContractError)
+
+    var isForwarded: Bool {
+        if case .forwarded = self { return true }
+        return false
+    }
 
     var name: String {
         switch self {
@@ -272,15 +337,26 @@ enum RequestID {
     }
 }
 
-/// The value cached for a registration: a hash of everything that was forwarded (URL and body,
-/// which carry the token, the contact and the metadata), so any change is forwarded again.
+/// The value cached for a registration: a hash of everything PushWarden forwards for it (the
+/// installation as validated, the session's contact, and the upstream's request-shaping
+/// settings), so any change is forwarded again. Identities a provider handed back are not part of
+/// it: they follow from the registration.
 enum Fingerprint {
-    static func of(_ request: HTTPClientRequest) -> String {
-        var material = Array(request.method.utf8)
-        material.append(0)
-        material.append(contentsOf: request.url.utf8)
-        material.append(0)
-        material.append(contentsOf: request.body)
+    static func of(_ installation: Installation, contactID: String, settings: String) -> String {
+        let m = installation.metadata
+        let parts: [String?] = [
+            installation.platform.rawValue, installation.pushService.rawValue, installation.pushToken,
+            installation.webPushKeys?.p256dh, installation.webPushKeys?.auth, installation.environment.rawValue,
+            installation.installationID, m.appVersion, m.osVersion, m.deviceModel, m.locale, m.timezone,
+            contactID, settings,
+        ]
+        var material: [UInt8] = []
+        material.reserveCapacity(256)
+        for part in parts {
+            // A 0x01 marks absence, so nil and "" differ; 0x00 separates fields.
+            if let part { material.append(contentsOf: part.utf8) } else { material.append(1) }
+            material.append(0)
+        }
         return String(SHA256.hexHash(material).prefix(32))
     }
 }

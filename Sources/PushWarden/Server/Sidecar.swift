@@ -137,7 +137,8 @@ public final class Sidecar: Sendable {
         }
 
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
-        let handler = ClientAPIHandler(apps: apps, deduper: deduper, rateLimiter: RateLimiter(), metrics: metrics,
+        let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
+        let handler = ClientAPIHandler(apps: apps, deduper: deduper, identities: identities, rateLimiter: RateLimiter(), metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         let threads = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
         do {
@@ -171,24 +172,7 @@ public final class Sidecar: Sendable {
         }
         var callers: [UpstreamCaller] = []
         for upstream in app.upstreams {
-            let adapter: any UpstreamAdapter
-            var transport = network
-            switch upstream.provider {
-            case .voyado(let config):
-                let key: [UInt8]
-                do {
-                    key = try secrets.resolve(config.apiKey)
-                } catch {
-                    throw StartupError("app \(app.id): upstream \(upstream.name): \(error)")
-                }
-                adapter = VoyadoAdapter(name: upstream.name, config: config, apiKey: key)
-            case .dryRun(let config):
-                let emulated = VoyadoAdapter(name: upstream.name,
-                                             config: VoyadoConfig(basePath: "https://dry-run.invalid/\(config.emulates)", apiKey: .env("-")),
-                                             apiKey: Array("dry-run".utf8))
-                adapter = emulated
-                transport = DryRunTransport(logger: logger.with(label: "dry_run"), answer: { emulated.emulatedResponse(to: $0) })
-            }
+            let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)
             callers.append(UpstreamCaller(adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
                                           logger: logger.with(label: "upstream")))
         }

@@ -19,34 +19,107 @@ public enum UpstreamVerdict: Sendable, Equatable {
     case retry(afterSeconds: Int?)
 }
 
+/// What the client's request brings besides the validated body.
+public struct CallContext: Sendable {
+    /// The session's contact: the only identity PushWarden trusts.
+    public var contactID: String
+    /// The client's request headers, for providers that take the user's own credential (Fluxer).
+    /// Adapters read only the header their policy names.
+    public var clientHeaders: HTTPHeaders
+
+    public init(contactID: String, clientHeaders: HTTPHeaders = [:]) {
+        self.contactID = contactID
+        self.clientHeaders = clientHeaders
+    }
+}
+
+/// What a provider handed back for a registration that the device would otherwise have to keep
+/// (Voidhash's `pushDeviceTokenId`, Native Notify's `deviceId`), kept server-side per push token.
+public struct UpstreamIdentity: Sendable, Equatable {
+    public var values: [String: String]
+    public init(_ values: [String: String]) { self.values = values }
+    public subscript(key: String) -> String? { values[key] }
+}
+
 /// One provider's API, as its document describes it. Each provider lives in its own file under
 /// `Providers/`; nothing provider-specific appears in the request path.
 ///
-/// Adapters only build requests and read answers; sending, retrying and deduping are shared.
+/// Adapters only check, build requests and read answers; sending, retrying, deduping and keeping
+/// identities are shared.
 public protocol UpstreamAdapter: Sendable {
     /// The upstream's name from the policy.
     var name: String { get }
-    /// The provider's name (`voyado`, ...), for logs and `policy explain`.
+    /// The provider's name (`voyado`, ...), for logs.
     var provider: String { get }
     /// Whether the provider takes engagement events.
     var acceptsEvents: Bool { get }
+    /// Whether the provider hands back an identity that later calls need (`identity(after:)`).
+    /// Only then does a registration read or write the identity store.
+    var keepsIdentity: Bool { get }
+    /// The non-secret settings that shape requests, so that a policy change forwards again.
+    var settingsDigest: String { get }
 
-    /// Whether the provider takes this kind of installation at all (an APNs-only provider
-    /// skips web push).
+    /// Whether the provider takes this kind of installation at all (an APNs-only provider skips
+    /// web push): false answers `skipped`, with no call.
     func accepts(_ installation: Installation) -> Bool
-    func registerRequest(_ installation: Installation, contactID: String) -> HTTPClientRequest
-    func unregisterRequest(pushToken: String) -> HTTPClientRequest
-    func eventsRequest(_ events: [EngagementEvent], contactID: String) -> HTTPClientRequest
+    /// The provider's documented rules that the contract does not already enforce; a refusal here
+    /// answers the client before any upstream call.
+    func validate(_ installation: Installation, context: CallContext) throws(ContractError)
+    /// - Parameters:
+    ///   - identity: what this provider handed back earlier for `installation.pushToken`.
+    ///   - previous: the same for `installation.previousPushToken`, after a rotation.
+    func registerRequest(_ installation: Installation, context: CallContext, identity: UpstreamIdentity?,
+                         previous: UpstreamIdentity?) throws(ContractError) -> HTTPClientRequest
+    /// What to keep once the provider accepted a registration (nil: nothing).
+    func identity(after response: HTTPClientResponse, installation: Installation, current: UpstreamIdentity?,
+                  previous: UpstreamIdentity?) -> UpstreamIdentity?
+    /// The removal call for a token, or nil when there is nothing this provider could remove
+    /// (it needs an identity PushWarden never received).
+    func unregisterRequest(pushToken: String, context: CallContext, identity: UpstreamIdentity?) throws(ContractError) -> HTTPClientRequest?
+    /// What a successful rotation does with the old token: by default it is removed. Providers
+    /// whose register call already moved the registration (a refresh, `previous_token`) return nil.
+    func retireRequest(previousToken: String, installation: Installation, context: CallContext,
+                       identity: UpstreamIdentity?) -> HTTPClientRequest?
+    func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest
     func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict
     /// The answer the provider gives to a request it accepts, for `dry_run`.
     func emulatedResponse(to request: HTTPClientRequest) -> HTTPClientResponse
 }
 
 extension UpstreamAdapter {
+    public var acceptsEvents: Bool { false }
+    public var keepsIdentity: Bool { false }
+    public var settingsDigest: String { "" }
+
+    public func validate(_ installation: Installation, context: CallContext) throws(ContractError) {}
+
+    public func identity(after response: HTTPClientResponse, installation: Installation, current: UpstreamIdentity?,
+                         previous: UpstreamIdentity?) -> UpstreamIdentity? { nil }
+
+    public func retireRequest(previousToken: String, installation: Installation, context: CallContext,
+                              identity: UpstreamIdentity?) -> HTTPClientRequest? {
+        try? unregisterRequest(pushToken: previousToken, context: context, identity: identity)
+    }
+
+    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest {
+        preconditionFailure("\(provider) does not take events; acceptsEvents is false")
+    }
+
     /// The value of a `Retry-After` header given in seconds; HTTP dates are ignored.
     public func retryAfterSeconds(_ response: HTTPClientResponse) -> Int? {
         guard let raw = response.headers["Retry-After"], let seconds = Int(raw.trimmingSpaces()), seconds >= 0 else { return nil }
         return seconds
+    }
+
+    /// The usual reading of an answer: 2xx done, 401/403 our credential, 408/425/429/5xx retry,
+    /// anything else a refusal carrying `code` when the body had one.
+    public func standardVerdict(_ response: HTTPClientResponse, code: (HTTPClientResponse) -> String? = { _ in nil }) -> UpstreamVerdict {
+        switch response.status {
+        case 200..<300: return .accepted
+        case 401, 403: return .authFailed
+        case 408, 425, 429, 500...599: return .retry(afterSeconds: retryAfterSeconds(response))
+        default: return .rejected(code: code(response) ?? "http_\(response.status)")
+        }
     }
 }
 
@@ -56,5 +129,23 @@ extension String {
         while s.first == " " || s.first == "\t" { s.removeFirst() }
         while s.last == " " || s.last == "\t" { s.removeLast() }
         return s
+    }
+}
+
+/// JSON request helpers every provider uses.
+public enum UpstreamJSON {
+    /// A JSON request with the given headers plus `Content-Type` and `Accept`.
+    public static func request(_ method: String, _ url: String, headers: HTTPHeaders, body: JSONValue?) -> HTTPClientRequest {
+        var all = headers
+        if body != nil { all.add("Content-Type", "application/json") }
+        all.add("Accept", "application/json")
+        return HTTPClientRequest(method: method, url: url, headers: all, body: body?.encoded() ?? [])
+    }
+
+    /// `{"error": {"code": "..."}}` → the code, when short and present.
+    public static func errorCode(_ body: [UInt8]) -> String? {
+        guard let code = (try? JSONValue.parse(body))?.objectValue?["error"]?.objectValue?["code"]?.stringValue,
+              !code.isEmpty, code.count <= 64 else { return nil }
+        return code
     }
 }

@@ -1,0 +1,20 @@
+/// Voidhash (see ../shared/seeds/README.md for its document). Not supported yet: the policy reader
+/// refuses the provider until its settings are defined here.
+public struct VoidhashConfig: Sendable, Equatable, ProviderSettings {
+    /// Where the provider's API is reached.
+    public var baseURL: String
+    public init(baseURL: String) { self.baseURL = baseURL }
+
+    /// The provider's own policy keys; nil while the provider is not supported.
+    static let policyKeys: [String]? = nil
+
+    public var providerName: String { "voidhash" }
+    public var summary: String { "Voidhash at \(baseURL)" }
+    public var endpoint: String? { baseURL }
+    public var injected: [String] { [] }
+    public var secrets: [SecretUse] { [] }
+}
+
+extension PolicyReader {
+    func voidhash(_ fields: Fields) -> ProviderConfig? { nil }
+}

@@ -1,0 +1,61 @@
+import PWCore
+import PWCrypto
+
+/// Keeps what providers hand back per push token (`UpstreamIdentity`), so the device never has
+/// to. Keys are hashes of (app, upstream, token), like dedupe keys; values are small JSON objects.
+///
+/// Identities outlive dedupe entries: a registration unchanged for months must still be
+/// removable. A store failure is logged and treated as "no identity known".
+public struct IdentityStore: Sendable {
+    let store: any DedupeStore
+    let logger: Logger
+    /// 400 days: longer than any realistic gap between two app launches.
+    public static let ttlSeconds = 400 * 86_400
+
+    public init(store: any DedupeStore, logger: Logger) {
+        self.store = store
+        self.logger = logger
+    }
+
+    static func key(app: String, upstream: String, pushToken: String) -> String {
+        var material = Array(app.utf8)
+        material.append(0)
+        material.append(contentsOf: upstream.utf8)
+        material.append(0)
+        material.append(contentsOf: pushToken.utf8)
+        return "pw:v1:id:" + SHA256.hexHash(material)
+    }
+
+    public func get(app: String, upstream: String, pushToken: String) async -> UpstreamIdentity? {
+        do {
+            guard let raw = try await store.get(Self.key(app: app, upstream: upstream, pushToken: pushToken)),
+                  let object = (try? JSONValue.parse(raw))?.objectValue else { return nil }
+            var values: [String: String] = [:]
+            for member in object.members {
+                if let value = member.value.stringValue { values[member.key] = value }
+            }
+            return UpstreamIdentity(values)
+        } catch {
+            logger.warning("identity store unavailable", [("upstream", upstream), ("error", error.detail)])
+            return nil
+        }
+    }
+
+    public func set(_ identity: UpstreamIdentity, app: String, upstream: String, pushToken: String) async {
+        let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
+        do {
+            try await store.set(Self.key(app: app, upstream: upstream, pushToken: pushToken),
+                                JSONValue.object(object).encodedString(), ttlSeconds: Self.ttlSeconds)
+        } catch {
+            logger.warning("identity store unavailable; identity not kept", [("upstream", upstream), ("error", error.detail)])
+        }
+    }
+
+    public func delete(app: String, upstream: String, pushToken: String) async {
+        do {
+            try await store.delete(Self.key(app: app, upstream: upstream, pushToken: pushToken))
+        } catch {
+            logger.warning("identity store unavailable", [("upstream", upstream), ("error", error.detail)])
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import HTTPClient
+import PWCore
+import PWPolicy
+import PushWarden
+import PushWardenTestSupport
+import RedisClient
+import SessionAuth
+import Testing
+
+/// A running sidecar for any upstream set: the test writes the `upstreams:` YAML (pointing at
+/// its own mock servers) and names the secrets it references. Real Redis by default.
+final class SidecarHarness: Sendable {
+    let app: String
+    let sidecar: Sidecar
+    let client: HTTPClient
+    let logs: LogSink
+    let sessionSecret: [UInt8] = Array("test-session-secret-0123456789abcdef".utf8)
+
+    /// - Parameters:
+    ///   - upstreams: the YAML list under `upstreams:`, indented by six spaces per line as in
+    ///     `      - name: x\n        provider: voyado\n...`.
+    ///   - secrets: the values of the secrets that YAML references (`TEST_SESSION_SECRET` is added).
+    ///   - platforms: the app's `client.platforms`.
+    init(upstreams: String, secrets: [SecretRef: String] = [:], platforms: String = "[ios, android, web]",
+         memoryStore: Bool = false, sameApp: String? = nil) async throws {
+        app = sameApp ?? "app-" + UUID().uuidString.prefix(8).lowercased()
+        let yaml = """
+            version: 1
+            apps:
+              \(app):
+                session:
+                  type: jwt
+                  algorithms: [HS256]
+                  hmac_secret: {env: TEST_SESSION_SECRET}
+                  contact_claim: contact_id
+                client:
+                  platforms: \(platforms)
+                dedupe:
+                  refresh_after: 1h
+                upstreams:
+            \(upstreams)
+            """
+        let policy: Policy
+        switch PolicyLoader.load(text: yaml, path: "test.yaml") {
+        case .success(let p): policy = p
+        case .failure(let diagnostics):
+            Issue.record("policy: \(diagnostics.diagnostics.map(\.description))")
+            throw diagnostics
+        }
+        logs = LogSink.memory()
+        var values: [SecretRef: [UInt8]] = [.env("TEST_SESSION_SECRET"): sessionSecret]
+        for (ref, value) in secrets { values[ref] = Array(value.utf8) }
+        let store: any DedupeStore = memoryStore
+            ? MemoryStore()
+            : RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url)))
+        sidecar = try Sidecar(policy: policy,
+                              configuration: ServeConfiguration(listen: HostPort(host: "127.0.0.1", port: 0),
+                                                                admin: HostPort(host: "127.0.0.1", port: 0), threads: 2),
+                              logger: Logger(label: "test", level: .debug, sink: logs), secrets: StaticSecrets(values), store: store)
+        client = try HTTPClient()
+    }
+
+    func stop() async {
+        await sidecar.shutdown(gracePeriodSeconds: 1)
+        client.shutdown()
+    }
+
+    func token(contact: String = "alice") -> String {
+        let now = Int(Date().timeIntervalSince1970)
+        return JWTMinter.mintHS256(claims: JSONObject([
+            JSONMember("sub", .string("user-" + contact)),
+            JSONMember("contact_id", .string(contact)),
+            JSONMember("iat", .number(String(now))),
+            JSONMember("exp", .number(String(now + 600))),
+        ]), secret: sessionSecret)
+    }
+
+    /// POSTs `body` to `/v1/apps/{app}{route}` with a session for `contact` and any extra headers.
+    func post(_ route: String, _ body: String, contact: String = "alice", headers extra: HTTPHeaders = [:]) async throws -> Harness.Reply {
+        var headers: HTTPHeaders = ["Content-Type": "application/json", "Authorization": "Bearer \(token(contact: contact))"]
+        for field in extra { headers.set(field.name, field.value) }
+        let response = try await client.execute(HTTPClientRequest(
+            method: "POST", url: "http://127.0.0.1:\(sidecar.port)/v1/apps/\(app)\(route)",
+            headers: headers, body: Array(body.utf8), timeoutMillis: 10_000))
+        return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+    }
+
+    func admin(_ path: String) async throws -> Harness.Reply {
+        let response = try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(sidecar.adminPort)\(path)"))
+        return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+    }
+}
+
+extension Harness.Reply {
+    /// The outcome the response reports for one upstream.
+    func outcome(_ upstream: String) -> String? { json?["upstreams"]?.objectValue?[upstream]?.stringValue }
+}
