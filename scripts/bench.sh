@@ -13,6 +13,8 @@ POOL=${POOL:-10000}
 HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 WRK_THREADS=${WRK_THREADS:-2}
+SCENARIOS=${SCENARIOS:-hit,forwarded}   # comma-separated subset, for quicker iterations
+PW_FLAGS=${PW_FLAGS:-}                  # extra flags for pushwarden serve (e.g. --threads 1)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
 pids=()
@@ -87,7 +89,7 @@ apps:
 POLICY
 secret=$(openssl rand -hex 32)
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
-  --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning \
+  --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
   2>"$work/pushwarden.log" &
 pw_pid=$!
 pids+=($pw_pid)
@@ -116,12 +118,17 @@ rss() { awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/proc/$pw_pid/status"; }
 warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
 echo "warming the dedupe cache with $POOL registrations (${warm_seconds}s)..." >&2
 DURATION=${warm_seconds}s LUA=scripts/bench/register.lua run warmup "http://127.0.0.1:$pw_port" 256 MODE=hit
-LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS"
-LUA=scripts/bench/register.lua run pw_dedupe_hit "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" MODE=hit
-rss_hit=$(rss)
-LUA=scripts/bench/register.lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=n$$ APP=bench
-LUA=scripts/bench/register.lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=p$$
-rss_fwd=$(rss)
+rss_hit=-; rss_fwd=-
+if [[ ,$SCENARIOS, == *,hit,* ]]; then
+  LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS"
+  LUA=scripts/bench/register.lua run pw_dedupe_hit "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" MODE=hit
+  rss_hit=$(rss)
+fi
+if [[ ,$SCENARIOS, == *,forwarded,* ]]; then
+  LUA=scripts/bench/register.lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=n$$ APP=bench
+  LUA=scripts/bench/register.lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=p$$
+  rss_fwd=$(rss)
+fi
 
 field() { local IFS='|'; read -r -a f <<<"$1"; echo "${f[$2]}"; }
 get() { for r in "${results[@]}"; do [[ $(field "$r" 0) == "$1" ]] && { field "$r" "$2"; return; }; done; }

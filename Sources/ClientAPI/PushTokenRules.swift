@@ -48,7 +48,17 @@ enum PushTokenRules {
     /// `https://...`, `http:...` or anything with a `scheme://`: no provider token looks like this.
     static func looksLikeURL(_ token: String) -> Bool {
         let lower = Text.asciiLowercased(String(token.prefix(8)))
-        return lower.hasPrefix("https:") || lower.hasPrefix("http:") || token.contains("://")
+        return lower.hasPrefix("https:") || lower.hasPrefix("http:") || containsSchemeSeparator(token)
+    }
+
+    /// Whether `://` occurs, by a byte scan (the generic substring search is slow on the hot path).
+    static func containsSchemeSeparator(_ token: String) -> Bool {
+        var previous: (UInt8, UInt8) = (0, 0)
+        for byte in token.utf8 {
+            if previous == (UInt8(ascii: ":"), UInt8(ascii: "/")), byte == UInt8(ascii: "/") { return true }
+            previous = (previous.1, byte)
+        }
+        return false
     }
 
     /// An FCM registration token's alphabet (base64url plus `:` and `.`).

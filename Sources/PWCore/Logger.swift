@@ -40,9 +40,13 @@ public struct Logger: Sendable {
         self.sink = sink
     }
 
+    public func isEnabled(_ level: Level) -> Bool { level >= minimumLevel }
+
     public func with(label: String) -> Logger { Logger(label: label, level: minimumLevel, sink: sink) }
 
-    public func log(_ level: Level, _ message: String, _ fields: [(String, String)] = []) {
+    /// Fields are built only when the level is enabled: hashing a token for a debug line must
+    /// cost nothing when debug is off.
+    public func log(_ level: Level, _ message: String, _ fields: @autoclosure () -> [(String, String)] = []) {
         guard level >= minimumLevel else { return }
         var members: [JSONMember] = [
             JSONMember("ts", .string(Self.timestamp())),
@@ -50,16 +54,16 @@ public struct Logger: Sendable {
             JSONMember("logger", .string(label)),
             JSONMember("msg", .string(message)),
         ]
-        for (key, value) in fields { members.append(JSONMember(key, .string(value))) }
+        for (key, value) in fields() { members.append(JSONMember(key, .string(value))) }
         var line = JSONValue.object(JSONObject(members)).encoded()
         line.append(0x0A)
         sink.write(line)
     }
 
-    public func debug(_ message: String, _ fields: [(String, String)] = []) { log(.debug, message, fields) }
-    public func info(_ message: String, _ fields: [(String, String)] = []) { log(.info, message, fields) }
-    public func warning(_ message: String, _ fields: [(String, String)] = []) { log(.warning, message, fields) }
-    public func error(_ message: String, _ fields: [(String, String)] = []) { log(.error, message, fields) }
+    public func debug(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.debug, message, fields()) }
+    public func info(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.info, message, fields()) }
+    public func warning(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.warning, message, fields()) }
+    public func error(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.error, message, fields()) }
 
     /// RFC 3339 UTC with milliseconds.
     static func timestamp() -> String {

@@ -18,8 +18,14 @@ public final class Metrics: Sendable {
         }
     }
 
+    private struct RequestKey: Hashable {
+        var app: String
+        var route: String
+        var status: Int
+    }
+
     private struct State {
-        var requests: [[String]: UInt64] = [:]            // app, route, status
+        var requests: [RequestKey: UInt64] = [:]
         var dedupeHits: [[String]: UInt64] = [:]          // app, upstream
         var dedupeDegraded: [[String]: UInt64] = [:]      // app
         var upstreamCalls: [[String]: UInt64] = [:]       // upstream, operation, outcome
@@ -32,7 +38,7 @@ public final class Metrics: Sendable {
     public init() {}
 
     public func request(app: String, route: String, status: Int) {
-        state.withLock { $0.requests[[app, route, String(status)], default: 0] += 1 }
+        state.withLock { $0.requests[RequestKey(app: app, route: route, status: status), default: 0] += 1 }
     }
 
     public func dedupeHit(app: String, upstream: String) {
@@ -66,8 +72,9 @@ public final class Metrics: Sendable {
                 out += "\(name){\(Self.labels(labels, key))} \(value)\n"
             }
         }
+        let requests = Dictionary(uniqueKeysWithValues: snapshot.requests.map { ([$0.key.app, $0.key.route, String($0.key.status)], $0.value) })
         family("pushwarden_requests_total", "Client API requests by app, route and status.", "counter",
-               ["app", "route", "status"], snapshot.requests)
+               ["app", "route", "status"], requests)
         family("pushwarden_dedupe_hits_total", "Registrations answered unchanged without an upstream call.", "counter",
                ["app", "upstream"], snapshot.dedupeHits)
         family("pushwarden_dedupe_degraded_total", "Registrations forwarded without dedupe because the store failed.", "counter",

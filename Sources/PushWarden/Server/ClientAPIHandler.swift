@@ -5,6 +5,7 @@ import PWCore
 import PWCrypto
 import PWPolicy
 import SessionAuth
+import Synchronization
 
 /// The whole client request path, top to bottom:
 ///
@@ -119,10 +120,19 @@ public struct ClientAPIHandler: HTTPHandler {
         return .success((app, route))
     }
 
+    /// `application/json`, any case, optionally followed by parameters (`; charset=utf-8`).
     static func isJSON(_ contentType: String?) -> Bool {
         guard let contentType else { return false }
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { String($0).trimmingSpaces() } ?? ""
-        return HTTPHeaders.equalsIgnoringCase(String(mediaType), "application/json")
+        let expected = "application/json".utf8
+        var utf8 = Substring(contentType).utf8.drop { $0 == 0x20 || $0 == 0x09 }
+        guard utf8.count >= expected.count else { return false }
+        for byte in expected {
+            let c = utf8.removeFirst()
+            let lower = (c >= 0x41 && c <= 0x5A) ? c | 0x20 : c
+            guard lower == byte else { return false }
+        }
+        let rest = utf8.drop { $0 == 0x20 || $0 == 0x09 }
+        return rest.isEmpty || rest.first == UInt8(ascii: ";")
     }
 
     private func labels(_ head: HTTPRequestHead) -> (String, String) {
@@ -315,11 +325,17 @@ enum UpstreamOutcome: Sendable {
     }
 }
 
-/// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one.
+/// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one:
+/// a random per-process prefix and a counter, unique without a call into the random generator
+/// on every request.
 enum RequestID {
+    private static let prefix = Base64URL.encode(SecureRandom.bytes(9))
+    private static let counter = Atomic<UInt64>(0)
+
     static func from(_ headers: HTTPHeaders) -> String {
         if let given = headers["X-Request-Id"], isSane(given) { return given }
-        return Base64URL.encode(SecureRandom.bytes(12))
+        let n = counter.wrappingAdd(1, ordering: .relaxed).newValue
+        return prefix + "-" + String(n, radix: 36)
     }
 
     static func isSane(_ value: String) -> Bool {

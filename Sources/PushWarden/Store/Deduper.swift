@@ -56,19 +56,20 @@ public struct Deduper: Sendable {
         keys: DedupeKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
         forward: @Sendable () async throws(ContractError) -> Void
     ) async throws(ContractError) -> DedupeOutcome {
+        // The common case, a hit, costs one GET and nothing else.
+        do {
+            if try await store.get(keys.entry) == fingerprint { return .unchanged }
+        } catch {
+            return try await forwardDegraded(error, app: app, forward: forward)
+        }
         let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
         let owner = Base64URL.encode(SecureRandom.bytes(12))
         while true {
-            let cached: String?
             let acquired: Bool
             do {
-                cached = try await store.get(keys.entry)
-                if cached == fingerprint { return .unchanged }
                 acquired = try await store.acquire(keys.lock, owner: owner, ttlMillis: lockMillis)
             } catch {
-                degrade(error, app: app)
-                try await forward()
-                return .forwarded
+                return try await forwardDegraded(error, app: app, forward: forward)
             }
             if acquired {
                 // Someone may have finished between our GET and our lock.
@@ -97,7 +98,19 @@ public struct Deduper: Sendable {
                 return .forwarded
             }
             try? await Task.sleep(for: .milliseconds(pollMillis))
+            do {
+                if try await store.get(keys.entry) == fingerprint { return .unchanged }
+            } catch {
+                return try await forwardDegraded(error, app: app, forward: forward)
+            }
         }
+    }
+
+    private func forwardDegraded(_ error: StoreError, app: String,
+                                 forward: @Sendable () async throws(ContractError) -> Void) async throws(ContractError) -> DedupeOutcome {
+        degrade(error, app: app)
+        try await forward()
+        return .forwarded
     }
 
     /// Forgets the token so that the next registration is forwarded.
