@@ -1,0 +1,194 @@
+import Foundation
+import HTTPServer
+import PWCore
+import Synchronization
+
+/// A real HTTP server that behaves as PushNotice's client integration guide (seed 004) says:
+/// `POST`/`DELETE /api/v1/apps/{slug}/subscribers`, the app's `pnp_` key in any of the three
+/// documented places, `403` for a slug the key does not belong to, registration idempotent on
+/// `(app, token)`, `previous_token` moving the row, unsubscribe always `200 {"ok":true}`.
+/// It records what it received, keeps its subscriber table for tests to inspect, and can be
+/// told to answer with scripted statuses.
+///
+/// Where the document is silent the mock decides: a payload without a string `token` (or, on
+/// register, without `platform` `ios`, `android` or `web`) is `422`
+/// `{"ok":false,"error":{"code":"validation_failed","message":...}}`; unparsable JSON is `422`
+/// `invalid_json`; a successful register answers `200 {"ok":true,"subscriber_id":N}`.
+public final class MockPushNotice: Sendable {
+    public struct Received: Sendable, Equatable {
+        public var method: String
+        public var path: String
+        public var query: String
+        public var headers: HTTPHeaders
+        public var body: [UInt8]
+        public var json: JSONValue? { try? JSONValue.parse(body) }
+        public var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    /// A scripted answer, used once, before the document's normal behaviour resumes.
+    public struct Scripted: Sendable {
+        public var status: Int
+        public var headers: HTTPHeaders
+        public var body: [UInt8]
+        public init(status: Int, headers: HTTPHeaders = [:], body: String = "") {
+            self.status = status
+            self.headers = headers
+            self.body = Array(body.utf8)
+        }
+    }
+
+    /// One row of the dashboard's Subscribers tab.
+    public struct Subscriber: Sendable, Equatable {
+        public var id: Int
+        public var token: String
+        public var platform: String
+        public var status: String
+        public var groups: [String]
+        public var appVersion: String?
+        public var locale: String?
+        public var deviceModel: String?
+    }
+
+    private struct State {
+        var received: [Received] = []
+        var script: [Scripted] = []
+        var subscribers: [Subscriber] = []
+        var nextID = 1
+    }
+
+    private let state = Mutex(State())
+    private let server: HTTPServer
+    public let apiKey: String
+    public let slug: String
+    /// The groups operators created in the dashboard; `Master` holds every device.
+    public let knownGroups: [String]
+
+    /// - Parameters:
+    ///   - apiKey: the key the mock accepts, belonging to `slug` only.
+    ///   - knownGroups: existing groups besides `Master`; other names are ignored, as documented.
+    public init(apiKey: String = "pnp_test_0123456789abcdef", slug: String = "ktso", knownGroups: [String] = ["Test", "Music Team"],
+                host: String = "127.0.0.1", port: Int = 0, threads: Int = 2) throws {
+        self.apiKey = apiKey
+        self.slug = slug
+        self.knownGroups = knownGroups
+        let box = HandlerBox()
+        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads), handler: box)
+        box.set(Handler(mock: Weak(self)))
+    }
+
+    public var port: Int { server.port }
+    /// The base URL to put in a policy.
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var subscribersPath: String { "/api/v1/apps/\(slug)/subscribers" }
+
+    public var received: [Received] { state.withLock { $0.received } }
+    public func received(method: String) -> [Received] { received.filter { $0.method == method } }
+    public var subscribers: [Subscriber] { state.withLock { $0.subscribers } }
+    public func subscriber(token: String) -> Subscriber? { subscribers.first { $0.token == token } }
+    public func reset() { state.withLock { $0 = State() } }
+    public func enqueue(_ answers: Scripted...) { state.withLock { $0.script.append(contentsOf: answers) } }
+
+    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
+
+    fileprivate func answer(_ request: HTTPRequest) -> HTTPResponse {
+        let received = Received(method: request.head.method, path: request.head.path, query: request.head.query,
+                                headers: request.head.headers, body: request.body)
+        let scripted: Scripted? = state.withLock { state in
+            state.received.append(received)
+            return state.script.isEmpty ? nil : state.script.removeFirst()
+        }
+        if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
+        return documented(request)
+    }
+
+    /// The behaviour the seed document describes.
+    private func documented(_ request: HTTPRequest) -> HTTPResponse {
+        let prefix = "/api/v1/apps/"
+        let path = request.head.path
+        guard path.hasPrefix(prefix), path.hasSuffix("/subscribers") else { return Self.error(404, "not_found", "no such route") }
+        let pathSlug = String(path.dropFirst(prefix.count).dropLast("/subscribers".count))
+        guard let key = presentedKey(request.head), key == apiKey else {
+            return Self.error(401, "unauthorized", "missing or invalid API key")
+        }
+        guard pathSlug == slug else { return Self.error(403, "forbidden", "the API key does not belong to this app") }
+        guard request.head.method == "POST" || request.head.method == "DELETE" else {
+            return Self.error(405, "method_not_allowed", "use POST or DELETE")
+        }
+        guard let body = (try? JSONValue.parse(request.body))?.objectValue else {
+            return Self.error(422, "invalid_json", "the body must be a JSON object")
+        }
+        guard let token = body["token"]?.stringValue, !token.isEmpty else {
+            return Self.error(422, "validation_failed", "token is required")
+        }
+        if request.head.method == "DELETE" {
+            state.withLock { state in
+                if let index = state.subscribers.firstIndex(where: { $0.token == token }) { state.subscribers[index].status = "inactive" }
+            }
+            return Self.json(200, #"{"ok":true}"#)
+        }
+        guard let platform = body["platform"]?.stringValue, ["ios", "android", "web"].contains(platform) else {
+            return Self.error(422, "validation_failed", "platform must be ios, android or web")
+        }
+        let groups = ["Master"] + (body["groups"]?.arrayValue ?? []).compactMap(\.stringValue).filter { knownGroups.contains($0) }
+        let previous = body["previous_token"]?.stringValue
+        let id: Int = state.withLock { state in
+            let existing = state.subscribers.firstIndex { $0.token == token }
+            let moved: Int? = previous.flatMap { previous in state.subscribers.firstIndex { $0.token == previous } }
+            if let moved, existing != nil { state.subscribers[moved].status = "inactive" }
+            let i: Int
+            if let existing {
+                i = existing
+            } else if let moved {
+                state.subscribers[moved].token = token
+                i = moved
+            } else {
+                state.subscribers.append(Subscriber(id: state.nextID, token: token, platform: platform, status: "active", groups: ["Master"]))
+                state.nextID += 1
+                i = state.subscribers.count - 1
+            }
+            state.subscribers[i].platform = platform
+            state.subscribers[i].status = "active"
+            for group in groups where !state.subscribers[i].groups.contains(group) { state.subscribers[i].groups.append(group) }
+            state.subscribers[i].appVersion = body["app_version"]?.stringValue ?? state.subscribers[i].appVersion
+            state.subscribers[i].locale = body["locale"]?.stringValue ?? state.subscribers[i].locale
+            state.subscribers[i].deviceModel = body["device_model"]?.stringValue ?? state.subscribers[i].deviceModel
+            return state.subscribers[i].id
+        }
+        return Self.json(200, #"{"ok":true,"subscriber_id":\#(id)}"#)
+    }
+
+    /// The key from any of the document's three places: Bearer, `X-Api-Key`, `?api_key=`.
+    private func presentedKey(_ head: HTTPRequestHead) -> String? {
+        if let authorization = head.headers["Authorization"], authorization.hasPrefix("Bearer ") {
+            return String(authorization.dropFirst("Bearer ".count))
+        }
+        if let key = head.headers["X-Api-Key"] { return key }
+        for pair in head.query.split(separator: "&") where pair.hasPrefix("api_key=") {
+            return String(pair.dropFirst("api_key=".count))
+        }
+        return nil
+    }
+
+    static func json(_ status: Int, _ text: String) -> HTTPResponse {
+        HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: Array(text.utf8))
+    }
+
+    static func error(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
+        let body = JSONValue.object(JSONObject([
+            JSONMember("ok", .bool(false)),
+            JSONMember("error", .object(JSONObject([JSONMember("code", .string(code)), JSONMember("message", .string(message))]))),
+        ]))
+        return HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: body.encoded())
+    }
+
+    private struct Handler: HTTPHandler {
+        let mock: Weak<MockPushNotice>
+
+        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
+        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
+        func handle(_ request: HTTPRequest) async -> HTTPResponse {
+            guard let mock = mock.value else { return HTTPResponse(status: 503) }
+            return mock.answer(request)
+        }
+    }
+}
