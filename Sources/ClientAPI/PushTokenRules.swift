@@ -24,7 +24,8 @@ enum PushTokenRules {
     /// The platform → push service pairs a device can actually hold.
     static func allowed(_ service: PushService, on platform: Platform) -> Bool {
         switch platform {
-        case .ios: return service == .apns || service == .apnsVoip
+        // iOS apps built on Firebase hold an FCM token too (PushNotice relays iOS through FCM).
+        case .ios: return service == .apns || service == .apnsVoip || service == .fcm
         case .android: return service == .fcm || service == .unifiedPush
         case .web: return service == .webPush
         }

@@ -45,10 +45,11 @@ public enum RequestValidator {
     ///
     /// Decisions beyond the contract's wording:
     /// - `push_service` defaults by platform (ios → `apns`, android → `fcm`, web → `web_push`); the
-    ///   pairs a device can hold are ios: `apns`, `apns_voip`; android: `fcm`, `unified_push`;
-    ///   web: `web_push`. Any other pair is `token_platform_mismatch` on `push_service`.
-    /// - `web_push` and `unified_push` take an endpoint URL, the others a device token; the wrong
-    ///   kind of token is `token_platform_mismatch` on `push_token`.
+    ///   pairs a device can hold are ios: `apns`, `apns_voip`, `fcm` (Firebase on iOS); android:
+    ///   `fcm`, `unified_push`; web: `web_push`. Any other pair is `token_platform_mismatch` on
+    ///   `push_service`.
+    /// - `web_push` and `unified_push` take an endpoint URL; `apns`, `apns_voip` and `fcm` take a
+    ///   device token or, in the Web Push form, an endpoint URL with `web_push_keys`.
     /// - `environment: "sandbox"` is refused (`invalid_request`) for non-APNs services: it signals a
     ///   client bug rather than something to ignore. `"production"` is accepted everywhere.
     /// - `previous_push_token` follows the same rules as `push_token` for the same service and must

@@ -51,7 +51,9 @@ public enum PolicyExplainer {
         case .reject: out.append("      contact_id: refused outright")
         }
         out.append("    - POST \(base)/installations/unregister: push_token; forwarded to the upstreams the token was registered with")
-        out.append("    - POST \(base)/events: up to \(client.maxEvents) events of \(eventFields.joined(separator: ", ")); forwarded to upstream(s) \(allUpstreams)")
+        let eventUpstreams = app.upstreams.filter { $0.provider.settings.takesEvents }.map { "'\($0.name)'" }
+        out.append("    - POST \(base)/events: up to \(client.maxEvents) events of \(eventFields.joined(separator: ", ")); "
+                   + (eventUpstreams.isEmpty ? "no upstream takes events: accepted and dropped" : "forwarded to upstream(s) \(eventUpstreams.joined(separator: ", "))"))
         switch client.unknownFields {
         case .reject: out.append("    - any other field: refused (400 unknown_field)")
         case .drop: out.append("    - any other field: dropped, never forwarded")

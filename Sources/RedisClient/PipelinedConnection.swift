@@ -160,11 +160,8 @@ final class PipelinedConnection: Sendable {
                     continue
                 }
             }
-            if let error = execute(batch, on: context!) {
+            if execute(batch, on: context!) != nil {
                 context = nil  // frees the broken context; a later batch reconnects
-                // A hung Redis accepts connections but never answers: back off so it costs
-                // requests nothing. A merely broken connection (EOF) reconnects at once.
-                if error.kind == .timeout { backOff(after: error) }
             }
             batch.removeAll(keepingCapacity: true)
         }
@@ -204,6 +201,10 @@ final class PipelinedConnection: Sendable {
     }
 
     private func fail(_ commands: ArraySlice<PendingCommand>, with error: RedisError) {
+        // A hung Redis accepts connections but never answers: back off so it costs requests
+        // nothing. Set before any caller learns of the timeout, so its next command already
+        // sees the backoff. A merely broken connection (EOF) reconnects at once.
+        if error.kind == .timeout { backOff(after: error) }
         for command in commands {
             command.continuation.resume(returning: .failure(error))
         }

@@ -124,7 +124,7 @@ import Testing
         Refusal("push_token null", edited(iosBody, [("push_token", .null)]), .invalidRequest, "push_token"),
         Refusal("push_token empty", edited(iosBody, [("push_token", "")]), .invalidRequest, "push_token"),
         Refusal("push_service unknown", edited(iosBody, [("push_service", "gcm")]), .invalidRequest, "push_service"),
-        Refusal("ios with fcm", edited(iosBody, [("push_service", "fcm")]), .tokenPlatformMismatch, "push_service"),
+        Refusal("ios with unified_push", edited(iosBody, [("push_service", "unified_push")]), .tokenPlatformMismatch, "push_service"),
         Refusal("ios with web_push", edited(iosBody, [("push_service", "web_push")]), .tokenPlatformMismatch, "push_service"),
         Refusal("android with apns", edited(androidBody, [("push_service", "apns")]), .tokenPlatformMismatch, "push_service"),
         Refusal("android with web_push", edited(androidBody, [("push_service", "web_push")]), .tokenPlatformMismatch, "push_service"),

@@ -300,8 +300,9 @@ let badFixtures: [Fixture] = [
         "t.yaml:18:20: apps.Shop!.upstreams[0].base_path: a base path must not have a query (?) or fragment (#)",
         "t.yaml:20:19: apps.Shop!.upstreams[0].delivery: delivery 'queued' is not supported in this version; use sync",
         "t.yaml:21:18: apps.Shop!.upstreams[0].timeout: must be between 100ms and 30s, found 1m",
+        "t.yaml:22:9: apps.Shop!.upstreams[1]: missing required key 'slug'",
+        "t.yaml:22:9: apps.Shop!.upstreams[1]: missing required key 'api_key'",
         "t.yaml:22:15: apps.Shop!.upstreams[1].name: upstream name 'voyado' is already used by apps.Shop!.upstreams[0]",
-        "t.yaml:23:19: apps.Shop!.upstreams[1].provider: provider 'pushnotice' is not supported in this version; supported: voyado, dry_run",
     ]),
 ]
 

@@ -14,6 +14,8 @@ public struct DryRunConfig: Sendable, Equatable, ProviderSettings {
     public var endpoint: String? { nil }
     public var injected: [String] { [] }
     public var secrets: [SecretUse] { [] }
+    /// The only emulated provider, Voyado, takes events.
+    public var takesEvents: Bool { true }
 }
 
 extension PolicyReader {
