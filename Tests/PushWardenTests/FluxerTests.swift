@@ -272,10 +272,8 @@ import Testing
         await mock.stop()
     }
 
-    /// Interim mapping: Fluxer's 401/403 refuse the USER's session, so they must not be 502
-    /// `upstream_auth_failed` (an operator problem). Until `UpstreamVerdict` can say "the caller's
-    /// own credential was refused" (proposed in the report), they surface as 422
-    /// `upstream_rejected` carrying Fluxer's code; with that change these become 401 / 403.
+    /// Fluxer's 401/403 refuse the USER's session, so they must not be 502 `upstream_auth_failed`
+    /// (an operator problem): the client gets 401 `unauthorized` or 403 `forbidden` with Fluxer's code.
     @Test(arguments: [
         ("Bot MTIzNDU2Nzg5MDEy.bot-token", "ACCESS_DENIED"),
         ("Bearer oauth2-access-token", "ACCESS_DENIED"),
@@ -288,8 +286,9 @@ import Testing
         let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#,
                                      headers: ["X-Fluxer-Session": credential])
         #expect(reply.status != 502)
-        #expect(reply.status == 422)  // INTERIM: 403 forbidden (401 unauthorized for UNAUTHORIZED) once the seam allows it
-        #expect(reply.errorCode == "upstream_rejected")
+        let unauthorized = code == "UNAUTHORIZED"
+        #expect(reply.status == (unauthorized ? 401 : 403))
+        #expect(reply.errorCode == (unauthorized ? "unauthorized" : "forbidden"))
         #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == code)
         #expect(mock.received.count == 1, "a refused session is not retried")
         Self.expectClean(h, [credential])
@@ -418,8 +417,8 @@ import Testing
         #expect(adapter.verdict(for: answer(400, #"{"code":"INVALID_FORM_BODY","message":"x"}"#), operation: .register)
                 == .rejected(code: "INVALID_FORM_BODY"))
         #expect(adapter.verdict(for: answer(403, #"{"code":"ACCOUNT_SUSPICIOUS_ACTIVITY","message":"x"}"#), operation: .register)
-                == .rejected(code: "ACCOUNT_SUSPICIOUS_ACTIVITY"))
-        #expect(adapter.verdict(for: answer(401, "not json"), operation: .unregister) == .rejected(code: "http_401"))
+                == .callerRefused(forbidden: true, code: "ACCOUNT_SUSPICIOUS_ACTIVITY"))
+        #expect(adapter.verdict(for: answer(401, "not json"), operation: .unregister) == .callerRefused(forbidden: false, code: nil))
         #expect(adapter.verdict(for: answer(429, #"{"code":"RATE_LIMITED","retry_after":2.25}"#), operation: .register) == .retry(afterSeconds: 3))
         #expect(adapter.verdict(for: answer(429, "{}", ["Retry-After": "7"]), operation: .register) == .retry(afterSeconds: 7))
         #expect(adapter.verdict(for: answer(503, ""), operation: .register) == .retry(afterSeconds: nil))

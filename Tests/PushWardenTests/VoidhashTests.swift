@@ -295,15 +295,19 @@ import Testing
 
     /// The document gives refresh a 404 for an id another distinct ID registered. Without knowing
     /// whose the old id was, PushWarden refreshes and passes the refusal on.
-    @Test func refreshOfAnotherPersonsDeviceIs422() async throws {
+    /// Person A registered the old token; person B's session rotates it. Voidhash refuses the
+    /// refresh (404: not B's device), so PushWarden forgets the old id and registers the new token
+    /// under B, which Voidhash documents as moving the device.
+    @Test func refreshOfAnotherPersonsDeviceFallsBackToRegister() async throws {
         let mock = try MockVoidhash(publishableKey: Self.key)
         let h = try await Self.harness(mock)
         let old = Self.fcm(), new = Self.fcm()
         #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#, contact: "alice").outcome("vh") == "forwarded")
         let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#, contact: "bob")
-        #expect(reply.status == 422)
-        #expect(reply.json?["error"]?.objectValue?["upstream_code"] == "Api/NotFound")
-        #expect(mock.received.map(\.path).last == "/api/v1/sdk/push-devices/refresh")
+        #expect(reply.status == 202)
+        #expect(reply.outcome("vh") == "forwarded")
+        #expect(mock.received.map(\.path).suffix(2) == ["/api/v1/sdk/push-devices/refresh", "/api/v1/sdk/push-devices/register"])
+        #expect(mock.received.last?.headers["x-distinct-id"] == "bob")
         await h.stop()
         await mock.stop()
     }
@@ -431,7 +435,7 @@ import Testing
         #expect(a.verdict(for: response(200), operation: .register) == .accepted)
         #expect(a.verdict(for: response(201), operation: .register) == .accepted)
         #expect(a.verdict(for: response(404), operation: .unregister) == .accepted)
-        #expect(a.verdict(for: response(404), operation: .register) == .rejected(code: "device_not_registered"))
+        #expect(a.verdict(for: response(404), operation: .register) == .staleIdentity)
         #expect(a.verdict(for: response(400, #"{"_tag":"Api/SdkValidationError","message":"m"}"#), operation: .register)
                 == .rejected(code: "Api/SdkValidationError"))
         #expect(a.verdict(for: response(400, "oops"), operation: .register) == .rejected(code: "http_400"))

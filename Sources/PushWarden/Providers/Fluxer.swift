@@ -230,6 +230,12 @@ public struct FluxerAdapter: UpstreamAdapter {
             return .accepted
         case 408, 425, 429, 500...599:
             return .retry(afterSeconds: retryAfterSeconds(response) ?? Self.bodyRetryAfter(response.body))
+        // Fluxer authenticates the user's own session, never PushWarden: its 401/403 are the
+        // caller's problem (bot or OAuth2 credential, suspicious account), not an operator's.
+        case 401:
+            return .callerRefused(forbidden: false, code: Self.errorCode(response.body))
+        case 403:
+            return .callerRefused(forbidden: true, code: Self.errorCode(response.body))
         default:
             return .rejected(code: Self.errorCode(response.body) ?? "http_\(response.status)")
         }

@@ -34,8 +34,6 @@ public struct VoidhashAdapter: UpstreamAdapter {
     /// Identity keys: the id Voidhash handed back, and the platform the token was registered for.
     static let idKey = "pushDeviceTokenId"
     static let platformKey = "platform"
-    /// What a `404` on register means: only `refresh` answers it (the id is not this person's).
-    static let notRegisteredCode = "device_not_registered"
 
     /// - Parameter publishableKey: the resolved key; it travels only in `x-publishable-key`.
     public init(name: String, config: VoidhashConfig, publishableKey: String) {
@@ -133,8 +131,9 @@ public struct VoidhashAdapter: UpstreamAdapter {
 
     public func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict {
         if response.status == 404 {
-            // Unregister: "treat it as done". Register: only a refresh answers 404.
-            return operation == .unregister ? .accepted : .rejected(code: Self.tag(response.body) ?? Self.notRegisteredCode)
+            // Unregister: "treat it as done". Register: only a refresh answers 404 (the old token's
+            // id belongs to another distinct ID): forget that id and register the new token afresh.
+            return operation == .unregister ? .accepted : .staleIdentity
         }
         return standardVerdict(response) { Self.tag($0.body) }
     }

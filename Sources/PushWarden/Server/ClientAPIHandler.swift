@@ -220,7 +220,19 @@ public struct ClientAPIHandler: HTTPHandler {
             }
         }
         let request = try adapter.registerRequest(installation, context: context, identity: identity, previous: previous)
-        let response = try await caller.call(request, operation: .register)
+        var response: HTTPClientResponse
+        do throws(ContractError) {
+            response = try await caller.call(request, operation: .register)
+        } catch where error.upstreamCode == UpstreamCaller.staleIdentityCode && previous != nil {
+            // The previous token's identity is no good (moved, or another person's): forget it and
+            // register the new token on its own.
+            if let previousToken = installation.previousPushToken {
+                await identities.delete(app: app, upstream: adapter.name, pushToken: previousToken)
+            }
+            previous = nil
+            let fresh = try adapter.registerRequest(installation, context: context, identity: identity, previous: nil)
+            response = try await caller.call(fresh, operation: .register)
+        }
         if adapter.keepsIdentity,
            let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
             await identities.set(kept, app: app, upstream: adapter.name, pushToken: installation.pushToken)

@@ -15,6 +15,13 @@ public enum UpstreamVerdict: Sendable, Equatable {
     case rejected(code: String?)
     /// The provider refused the sidecar's own credential.
     case authFailed
+    /// The provider refused the end user's own credential that PushWarden forwarded (Fluxer's
+    /// user session): the client's problem, answered 401 (`forbidden` false) or 403, never 502.
+    case callerRefused(forbidden: Bool, code: String?)
+    /// The identity PushWarden kept for the previous token no longer names a registration the
+    /// provider will act on for this caller (Voidhash's 404 on refresh): forget it and register
+    /// afresh.
+    case staleIdentity
     /// Worth another attempt; `afterSeconds` from `Retry-After` when sent.
     case retry(afterSeconds: Int?)
 }

@@ -21,6 +21,10 @@ public struct UpstreamCaller: Sendable {
         self.logger = logger
     }
 
+    /// The `upstream_code` of a `.staleIdentity` verdict, which the request path answers by
+    /// registering again without the previous identity.
+    public static let staleIdentityCode = "stale_identity"
+
     /// The longest one call may take, every attempt and backoff included. Dedupe locks live at
     /// least this long.
     public var budgetMillis: Int {
@@ -70,6 +74,19 @@ public struct UpstreamCaller: Sendable {
                     ("upstream", adapter.name), ("operation", operation.rawValue), ("status", String(response?.status ?? 0)),
                 ])
                 throw ContractError(.upstreamAuthFailed, "the push provider refused this service's credential")
+            case .callerRefused(let forbidden, let code):
+                record(operation, "caller_refused", since: started)
+                logger.info("upstream refused the user's own credential", [
+                    ("upstream", adapter.name), ("operation", operation.rawValue),
+                    ("status", String(response?.status ?? 0)), ("upstream_code", code ?? ""),
+                ])
+                throw ContractError(forbidden ? .forbidden : .unauthorized,
+                                    forbidden ? "the push provider refused this user's session" : "the push provider did not accept this user's session",
+                                    upstreamCode: code)
+            case .staleIdentity:
+                record(operation, "stale_identity", since: started)
+                throw ContractError(.upstreamRejected, "\(adapter.name) no longer knows the previous registration",
+                                    upstreamCode: Self.staleIdentityCode)
             case .retry(let afterSeconds):
                 if response != nil { record(operation, "retryable", since: started) }
                 lastRetryAfter = afterSeconds ?? lastRetryAfter
