@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# PushWarden benchmark: nginx baselines and PushWarden's hot paths, side by side in one run, on
-# loopback only, with bounded durations. Prints one table; see BENCHMARKS.md.
+# PushWarden benchmark: nginx baselines and PushWarden's hot paths side by side in one run, on
+# loopback only, every load bounded in time. Prints one table with PASS/FAIL per bar (issue 3)
+# and writes it to bench-out/last.txt. See BENCHMARKS.md.
 #
-#   DURATION=10s LATENCY_MS=50 POOL=10000 scripts/bench.sh
+#   make bench                                  # the full run (about 3 minutes)
+#   DURATION=5s SOAK=10s SCENARIOS=hit scripts/bench.sh   # a quick look at one path
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/opt/swift/usr/bin:$PATH
 
-DURATION=${DURATION:-10s}
-LATENCY_MS=${LATENCY_MS:-50}
-POOL=${POOL:-10000}
+DURATION=${DURATION:-10s}              # each throughput scenario
+SOAK=${SOAK:-60s}                      # the memory-flatness run at P1 load
+LATENCY_MS=${LATENCY_MS:-50}           # the mock upstream's answer delay
+POOL=${POOL:-10000}                    # distinct sessions and push tokens
 HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
+IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,forwarded}   # comma-separated subset, for quicker iterations
-PW_FLAGS=${PW_FLAGS:-}                  # extra flags for pushwarden serve (e.g. --threads 1)
+SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
+PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
+results="$work/results.txt"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -24,13 +29,14 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+want() { [[ ,$SCENARIOS, == *,$1,* ]]; }
+fact() { echo "$1=$2" >>"$results"; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 echo "building release..." >&2
-swift build -c release --product pushwarden >&2
-swift build -c release --product mock-upstream >&2
+for product in pushwarden mock-upstream bench-tool; do swift build -c release --product "$product" >&2; done
 bin=$(swift build -c release --show-bin-path)
 
 redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); nginx_proxy=$(free_port)
@@ -66,14 +72,16 @@ CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
 pids+=($!)
 
-cat >"$work/policy.yaml" <<POLICY
-version: 1
-apps:
-  bench:
+secret=$(openssl rand -hex 32)
+"$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
+"$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
+
+app_block() {  # NAME SESSION-LINES
+  cat <<APP
+  $1:
     session:
       type: jwt
-      algorithms: [HS256]
-      hmac_secret: {env: BENCH_SESSION_SECRET}
+$2
       issuer: https://auth.bench
       audience: bench
     client:
@@ -86,68 +94,99 @@ apps:
         base_path: http://127.0.0.1:$mock_port/api/v1/acme/abc123/default
         api_key: {env: BENCH_VOYADO_KEY}
         timeout: 5s
-POLICY
-secret=$(openssl rand -hex 32)
+APP
+}
+{
+  echo "version: 1"
+  echo "apps:"
+  app_block bench "      algorithms: [HS256]
+      hmac_secret: {env: BENCH_SESSION_SECRET}"
+  app_block benches "      algorithms: [ES256]
+      jwks_file: $work/jwks.json"
+} >"$work/policy.yaml"
+
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
   2>"$work/pushwarden.log" &
 pw_pid=$!
 pids+=($pw_pid)
-
 for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port; do wait_port "$p"; done
-python3 scripts/bench/gen_sessions.py "$secret" "$POOL" "$work/sessions.txt"
-export SESSIONS="$work/sessions.txt"
 
-results=()
-# run NAME URL CONNECTIONS [lua-script env...]
+# run NAME URL CONNECTIONS DURATION [ENV=VALUE...]; LUA names the wrk script (none: plain GET)
 run() {
-  local name=$1 url=$2 conns=$3; shift 3
+  local name=$1 url=$2 conns=$3 duration=$4; shift 4
   local out="$work/$name.txt"
-  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"${DURATION}" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
+  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
   local rps p50 p99 non2xx errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$out")
   p50=$(awk '$1=="50%" {print $2}' "$out")
   p99=$(awk '$1=="99%" {print $2}' "$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$out"); non2xx=${non2xx:-0}
   errors=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$out"); errors=${errors:-0}
-  results+=("$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors")
+  echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
+  echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
 }
-rss() { awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/proc/$pw_pid/status"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pw_pid/status"; }
+register_lua=scripts/bench/register.lua
 
-# Long enough for every pooled token to be registered once (each call waits LATENCY_MS upstream).
+# Every pooled token registered once, so the hit scenarios only ever hit (each call waits LATENCY_MS).
 warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
-echo "warming the dedupe cache with $POOL registrations (${warm_seconds}s)..." >&2
-DURATION=${warm_seconds}s LUA=scripts/bench/register.lua run warmup "http://127.0.0.1:$pw_port" 256 MODE=hit
-rss_hit=-; rss_fwd=-
-if [[ ,$SCENARIOS, == *,hit,* ]]; then
-  LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS"
-  LUA=scripts/bench/register.lua run pw_dedupe_hit "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" MODE=hit
-  rss_hit=$(rss)
-fi
-if [[ ,$SCENARIOS, == *,forwarded,* ]]; then
-  LUA=scripts/bench/register.lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=n$$ APP=bench
-  LUA=scripts/bench/register.lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" MODE=miss RUN_ID=p$$
-  rss_fwd=$(rss)
-fi
+echo "warming the dedupe cache (${warm_seconds}s per app)..." >&2
+LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 
-field() { local IFS='|'; read -r -a f <<<"$1"; echo "${f[$2]}"; }
-get() { for r in "${results[@]}"; do [[ $(field "$r" 0) == "$1" ]] && { field "$r" "$2"; return; }; done; }
-ratio() { python3 -c "a=float('$1' or 0); b=float('$2' or 0); print(f'{a/b:.2f}x' if b else 'n/a')"; }
+fact hit_conns "$HIT_CONNECTIONS"
+fact fwd_conns "$FORWARD_CONNECTIONS"
+if want hit; then
+  LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS" "$DURATION"
+  LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+fi
+if want es256; then
+  verify=$(openssl speed -seconds 3 -multi "$(nproc)" ecdsap256 2>/dev/null | awk '/256 bits ecdsa/ {print $NF}')
+  fact openssl_es256_verify "$verify"
+  LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
+fi
+if want forwarded; then
+  LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$ SESSIONS="$work/sessions-hs256.txt" APP=bench
+  LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$ SESSIONS="$work/sessions-hs256.txt" APP=bench
+fi
+if want tail && want hit; then
+  half=$(awk -F'|' '$1=="pw_hit_hs256" {printf "%d", $2 / 2}' "$results")
+  fact tail_rate "$half"
+  LUA=scripts/bench/paced.lua run pw_tail "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit \
+    SESSIONS="$work/sessions-hs256.txt" APP=bench RATE="$half" CONNS="$HIT_CONNECTIONS"
+fi
+if want memory; then
+  # RSS with IDLE_CONNECTIONS open client connections (each sent one request and kept alive).
+  python3 - "$pw_port" "$IDLE_CONNECTIONS" <<'PY' &
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+conns = []
+for _ in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n")
+    conns.append(s)
+time.sleep(6)
+PY
+  holder=$!
+  sleep 4
+  fact rss_1000_conns_kib "$(rss_kib)"
+  wait "$holder" || true
+  soak_seconds=${SOAK%s}
+  fact soak_seconds "$soak_seconds"
+  fact rss_soak_start_kib "$(rss_kib)"
+  LUA=$register_lua run soak "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$SOAK" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench &
+  soak=$!
+  samples=""
+  for _ in $(seq 1 6); do sleep $(( soak_seconds / 6 > 0 ? soak_seconds / 6 : 1 )); samples="$samples $(rss_kib)"; done
+  wait "$soak" || true
+  fact rss_soak_samples_kib "${samples# }"
+  fact rss_soak_end_kib "$(rss_kib)"
+fi
+fact error_lines "$(grep -c '"level":"error"' "$work/pushwarden.log" || true)"
 
-echo
-echo "PushWarden benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) duration=$DURATION upstream_latency=${LATENCY_MS}ms pool=$POOL"
-printf '%-16s %6s %12s %10s %10s %8s %8s %12s\n' scenario conns "req/s" p50 p99 non2xx errors "vs nginx"
-for r in "${results[@]}"; do
-  name=$(field "$r" 0); [[ $name == warmup ]] && continue
-  case $name in
-    pw_dedupe_hit) base=$(get nginx_static 1); conns=$HIT_CONNECTIONS;;
-    pw_forwarded) base=$(get nginx_proxy 1); conns=$FORWARD_CONNECTIONS;;
-    nginx_static) base=""; conns=$HIT_CONNECTIONS;;
-    *) base=""; conns=$FORWARD_CONNECTIONS;;
-  esac
-  printf '%-16s %6s %12s %10s %10s %8s %8s %12s\n' "$name" "$conns" "$(field "$r" 1)" "$(field "$r" 2)" "$(field "$r" 3)" \
-    "$(field "$r" 4)" "$(field "$r" 5)" "$([[ -n $base ]] && ratio "$(field "$r" 1)" "$base" || echo -)"
-done
-echo "pushwarden RSS after dedupe-hit run: $rss_hit; after forwarded run: $rss_fwd"
-echo "warm-up: $(get warmup 1) req/s, non2xx $(get warmup 4)"
-echo "pushwarden error log lines: $(grep -c '"level":"error"' "$work/pushwarden.log" || true)"
+mkdir -p bench-out
+{
+  echo "PushWarden benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) duration=$DURATION upstream_latency=${LATENCY_MS}ms pool=$POOL"
+  python3 scripts/bench/report.py "$results"
+} | tee bench-out/last.txt

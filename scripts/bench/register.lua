@@ -1,6 +1,7 @@
 -- wrk script: POST registrations, each with its own session token from a pool.
 -- MODE=hit: token i always pairs with session i, so after the warm-up every request is a dedupe hit.
 -- MODE=miss: every request carries a push token never sent before, so every request is forwarded.
+-- Also loaded by paced.lua, which adds a delay() for a target rate.
 local sessions = {}
 local mode = os.getenv("MODE") or "hit"
 local app = os.getenv("APP") or "bench"

@@ -1,0 +1,47 @@
+import Foundation
+import PWCore
+import PWCrypto
+import SessionAuth
+
+/// `bench-tool tokens --alg HS256|ES256 --count N --out FILE [--secret S] [--jwks FILE]`
+///
+/// Mints the benchmark's pool of session tokens, one contact each (`contact-<i>`), issuer
+/// `https://auth.bench`, audience `bench`, valid for three hours. For ES256 it generates a fresh
+/// P-256 key and writes its public half as a JWKS file for the policy. Benchmark tooling only.
+func value(_ flag: String) -> String? {
+    guard let i = CommandLine.arguments.firstIndex(of: flag), i + 1 < CommandLine.arguments.count else { return nil }
+    return CommandLine.arguments[i + 1]
+}
+
+guard CommandLine.arguments.dropFirst().first == "tokens", let alg = value("--alg"), let out = value("--out"),
+      let count = value("--count").flatMap(Int.init), count > 0 else {
+    FileHandle.standardError.write(Data("usage: bench-tool tokens --alg HS256|ES256 --count N --out FILE [--secret S] [--jwks FILE]\n".utf8))
+    exit(2)
+}
+let now = Int(Date().timeIntervalSince1970)
+func claims(_ i: Int) -> JSONObject {
+    JSONObject([
+        JSONMember("sub", .string("contact-\(i)")), JSONMember("iss", "https://auth.bench"), JSONMember("aud", "bench"),
+        JSONMember("iat", .number(String(now))), JSONMember("exp", .number(String(now + 3 * 3600))),
+    ])
+}
+var lines: [String] = []
+lines.reserveCapacity(count)
+switch alg {
+case "HS256":
+    guard let secret = value("--secret") else { FileHandle.standardError.write(Data("--secret needed\n".utf8)); exit(2) }
+    for i in 0..<count { lines.append(JWTMinter.mintHS256(claims: claims(i), secret: Array(secret.utf8))) }
+case "ES256":
+    guard let jwksPath = value("--jwks") else { FileHandle.standardError.write(Data("--jwks needed\n".utf8)); exit(2) }
+    let key = try PrivateKey.generateP256()
+    var jwk = key.publicKeyJWK(kid: "bench")
+    jwk["use"] = "sig"
+    jwk["alg"] = "ES256"
+    let jwks = JSONValue.object(JSONObject([JSONMember("keys", .array([.object(jwk)]))]))
+    try Data(jwks.encoded()).write(to: URL(fileURLWithPath: jwksPath))
+    for i in 0..<count { lines.append(try JWTMinter.mintES256(claims: claims(i), key: key, kid: "bench")) }
+default:
+    FileHandle.standardError.write(Data("--alg must be HS256 or ES256\n".utf8))
+    exit(2)
+}
+try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: out))

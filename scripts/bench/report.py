@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Turns the benchmark's raw results into the table BENCHMARKS.md keeps, with PASS/FAIL per bar.
+
+Input: a results file of `name|rps|p50|p99|non2xx|errors` lines plus `key=value` facts.
+"""
+import sys
+
+def ms(text):
+    text = text.strip()
+    for suffix, factor in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * factor
+            except ValueError:
+                return None
+    return None
+
+rows, facts = {}, {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if "|" in line:
+        name, rps, p50, p99, non2xx, errors = line.split("|")
+        rows[name] = dict(rps=float(rps or 0), p50=p50, p99=p99, non2xx=int(non2xx or 0), errors=int(errors or 0))
+    elif "=" in line:
+        key, value = line.split("=", 1)
+        facts[key] = value
+
+def rps(name):
+    return rows.get(name, {}).get("rps", 0.0)
+
+def ratio(a, b):
+    return a / b if b else 0.0
+
+table = []
+def scenario(name, label, conns, baseline, bar_text, value, passed):
+    r = rows.get(name)
+    if r is None:
+        return
+    failures = r["non2xx"] + r["errors"]
+    table.append((label, conns, f"{r['rps']:.0f}", r["p50"], r["p99"], baseline, value, bar_text,
+                  "PASS" if passed and failures == 0 else "FAIL", failures))
+
+scenario("nginx_static", "nginx static 202", facts.get("hit_conns"), "-", "-", "-", True)
+p1 = ratio(rps("pw_hit_hs256"), rps("nginx_static"))
+scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", ">= 0.50x", f"{p1:.2f}x", p1 >= 0.5)
+verify = float(facts.get("openssl_es256_verify", "0") or 0)
+p1es = ratio(rps("pw_hit_es256"), verify)
+scenario("pw_hit_es256", "P1 dedupe hit ES256", facts.get("hit_conns"), f"{verify:.0f} verify/s", ">= 0.70x", f"{p1es:.2f}x", p1es >= 0.7)
+scenario("nginx_proxy", "nginx proxy_pass", facts.get("fwd_conns"), "-", "-", "-", True)
+p2 = ratio(rps("pw_forwarded"), rps("nginx_proxy"))
+scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.80x", f"{p2:.2f}x", p2 >= 0.8)
+tail = rows.get("pw_tail")
+if tail:
+    p99 = ms(tail["p99"]) or 1e9
+    scenario("pw_tail", f"tail at {facts.get('tail_rate')}/s", facts.get("hit_conns"), "-", "p99 <= 5ms", f"{p99:.2f}ms", p99 <= 5)
+
+header = ("scenario", "conns", "req/s", "p50", "p99", "baseline", "result", "bar", "verdict", "failed")
+widths = [max(len(str(row[i])) for row in table + [header]) for i in range(len(header))]
+print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
+for row in table:
+    print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+def mib(key):
+    return float(facts.get(key, "0") or 0) / 1024
+idle = mib("rss_1000_conns_kib")
+start, end = mib("rss_soak_start_kib"), mib("rss_soak_end_kib")
+print()
+print(f"P3 memory: RSS with 1000 open connections {idle:.1f} MiB (bar <= 64 MiB): {'PASS' if 0 < idle <= 64 else 'FAIL'}")
+if end:
+    growth = end - start
+    flat = growth <= max(2.0, 0.05 * start)
+    print(f"P3 memory: {facts.get('soak_seconds')}s at P1 load: RSS {start:.1f} -> {end:.1f} MiB "
+          f"(samples {facts.get('rss_soak_samples_kib', '')} KiB): {'PASS' if flat else 'FAIL'} (flat: growth <= max(2 MiB, 5%))")
+print(f"pushwarden error log lines: {facts.get('error_lines', '?')}")
