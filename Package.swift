@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "PushWarden", dependencies: [
             "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "HTTPServer", "HTTPClient", "RedisClient",
         ]),
-        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth"]),
+        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "CShims"]),
 
         // MARK: Tests
         .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "HTTPServer", "HTTPClient", "RedisClient"]),

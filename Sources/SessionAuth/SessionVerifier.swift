@@ -1,6 +1,7 @@
 import PWCore
 import PWCrypto
 import PWPolicy
+import Synchronization
 
 /// Verifies app session JWTs (RFC 7519, compact JWS) as one app's policy says.
 ///
@@ -28,6 +29,7 @@ public final class SessionVerifier: Sendable {
     private let rsaKeys: [KeyEntry]
     private let ecKeys: [KeyEntry]
     private let clock: any WallClock
+    private let headers = HeaderCache()
     /// JWKS entries that were skipped and why (for a start-up log line).
     public let skippedKeys: [String]
 
@@ -223,33 +225,33 @@ public final class SessionVerifier: Sendable {
 
         let utf8 = token.utf8
         guard utf8.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
-        let parts = utf8.split(separator: UInt8(ascii: "."), maxSplits: 4, omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return fail("token has \(parts.count) parts, not 3") }
+        // Three segments split by a scan for '.', without the generic split's arrays.
+        guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 1 parts, not 3") }
+        let afterFirst = utf8.index(after: firstDot)
+        guard let secondDot = utf8[afterFirst...].firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 2 parts, not 3") }
+        let afterSecond = utf8.index(after: secondDot)
+        if let extra = utf8[afterSecond...].firstIndex(of: UInt8(ascii: ".")) {
+            let more = utf8[utf8.index(after: extra)...].filter { $0 == UInt8(ascii: ".") }.count
+            return fail("token has \(4 + more) parts, not 3")
+        }
         guard !utf8.contains(UInt8(ascii: "=")) else { return fail("base64url padding in token") }
+        let headerText = Substring(utf8[utf8.startIndex..<firstDot])
+        let payloadText = Substring(utf8[afterFirst..<secondDot])
+        let signatureText = Substring(utf8[afterSecond...])
 
-        // Header.
-        guard let headerBytes = Base64URL.decode(Substring(parts[0])) else { return fail("header is not base64url") }
-        guard let header = (try? JSONValue.parse(headerBytes))?.objectValue else { return fail("header is not a JSON object") }
-        guard let algName = header["alg"]?.stringValue else { return fail("header has no alg string") }
-        if HTTPHeaders.equalsIgnoringCase(algName, "none") { return fail("alg none not allowed") }
-        guard let alg = JWTAlgorithm(rawValue: algName), allowed.contains(alg) else {
-            return fail("alg \(Self.clip(algName)) not allowed")
+        // Header: every token from one issuer carries the same one, so its checked form is cached.
+        let header: CheckedHeader
+        switch headers.checked(headerText, allowed: allowed) {
+        case .success(let checked): header = checked
+        case .failure(let failure): return .failure(failure)
         }
-        if let typ = header["typ"] {
-            guard let text = typ.stringValue, HTTPHeaders.equalsIgnoringCase(text, "JWT") else { return fail("typ is not JWT") }
-        }
-        if header["crit"] != nil { return fail("crit header not supported") }
-        let kid: String?
-        switch header["kid"] {
-        case nil: kid = nil
-        case .string(let s)?: kid = s
-        case let other?: return fail("kid is \(other.typeName), not a string")
-        }
+        let alg = header.alg
+        let kid = header.kid
 
         // Signature over the ASCII of "header.payload".
-        guard let signature = Base64URL.decode(Substring(parts[2])) else { return fail("signature is not base64url") }
+        guard let signature = Base64URL.decode(signatureText) else { return fail("signature is not base64url") }
         guard !signature.isEmpty else { return fail("missing signature") }
-        let signingInput = utf8[utf8.startIndex..<parts[1].endIndex]
+        let signingInput = utf8[utf8.startIndex..<secondDot]
         switch alg {
         case .hs256:
             guard let secret = hmacSecret else { return fail("no HMAC secret for HS256") }
@@ -270,7 +272,7 @@ public final class SessionVerifier: Sendable {
         }
 
         // Claims, only once the signature holds.
-        guard let payloadBytes = Base64URL.decode(Substring(parts[1])) else { return fail("payload is not base64url") }
+        guard let payloadBytes = Base64URL.decode(payloadText) else { return fail("payload is not base64url") }
         guard let claims = (try? JSONValue.parse(payloadBytes))?.objectValue else { return fail("payload is not a JSON object") }
         return check(claims)
     }
@@ -363,7 +365,56 @@ public final class SessionVerifier: Sendable {
     }
 
     /// A token-supplied value, shortened for a log line.
-    private static func clip(_ text: String) -> String {
+    static func clip(_ text: String) -> String {
         text.unicodeScalars.count <= 40 ? text : String(String.UnicodeScalarView(text.unicodeScalars.prefix(40))) + "…"
+    }
+}
+
+/// A JOSE header that passed every check: its algorithm (allowed by the policy) and its `kid`.
+struct CheckedHeader: Sendable {
+    let alg: JWTAlgorithm
+    let kid: String?
+
+    /// Decodes and checks one header segment: base64url, a JSON object, `alg` allowed (never
+    /// `none`), `typ` JWT when present, no `crit`, `kid` a string when present.
+    static func check(_ text: Substring, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
+        func fail(_ reason: String) -> Result<CheckedHeader, AuthFailure> { .failure(AuthFailure(reason)) }
+        guard let bytes = Base64URL.decode(text) else { return fail("header is not base64url") }
+        guard let header = (try? JSONValue.parse(bytes))?.objectValue else { return fail("header is not a JSON object") }
+        guard let algName = header["alg"]?.stringValue else { return fail("header has no alg string") }
+        if HTTPHeaders.equalsIgnoringCase(algName, "none") { return fail("alg none not allowed") }
+        guard let alg = JWTAlgorithm(rawValue: algName), allowed.contains(alg) else {
+            return fail("alg \(SessionVerifier.clip(algName)) not allowed")
+        }
+        if let typ = header["typ"] {
+            guard let text = typ.stringValue, HTTPHeaders.equalsIgnoringCase(text, "JWT") else { return fail("typ is not JWT") }
+        }
+        if header["crit"] != nil { return fail("crit header not supported") }
+        switch header["kid"] {
+        case nil: return .success(CheckedHeader(alg: alg, kid: nil))
+        case .string(let s)?: return .success(CheckedHeader(alg: alg, kid: s))
+        case let other?: return fail("kid is \(other.typeName), not a string")
+        }
+    }
+}
+
+/// Remembers the few header segments that passed `CheckedHeader.check`. The result is a pure
+/// function of the segment's text and the verifier's fixed allow-list, so a cached answer is the
+/// answer; only accepted headers are kept, and at most `capacity` of them (a JWKS holds few keys),
+/// so tokens cannot grow it.
+final class HeaderCache: Sendable {
+    private let entries = Mutex<[(text: String, header: CheckedHeader)]>([])
+    private let capacity = 8
+
+    func checked(_ text: Substring, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
+        if let hit = entries.withLock({ list in list.first { $0.text == text }?.header }) { return .success(hit) }
+        let result = CheckedHeader.check(text, allowed: allowed)
+        if case .success(let header) = result {
+            entries.withLock { list in
+                if list.count >= capacity { list.removeFirst() }
+                list.append((String(text), header))
+            }
+        }
+        return result
     }
 }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CShims
 import Dispatch
 import PWCore
 import PWPolicy
@@ -98,6 +99,10 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
         configuration.shutdownGraceSeconds = seconds
     }
 
+    // glibc gives every thread that allocates its own 64 MiB arena; a sidecar with a thread pool
+    // per listener, the Swift pool, Redis and curl threads would carry many. Two arenas keep
+    // resident memory bounded at no measurable cost on the small machines this runs on.
+    _ = pw_limit_malloc_arenas(2)
     let policy = loadPolicyOrExit(policyPath)
     let logger = Logger(label: "pushwarden", level: configuration.logLevel)
     signal(SIGPIPE, SIG_IGN)

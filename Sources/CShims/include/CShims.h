@@ -3,4 +3,5 @@
 // Typed, non-variadic forwarders for C functions Swift cannot import.
 #include "mhd_shim.h"
 #include "curl_shim.h"
+#include "process_shim.h"
 #endif

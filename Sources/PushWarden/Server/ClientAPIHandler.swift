@@ -98,19 +98,27 @@ public struct ClientAPIHandler: HTTPHandler {
         case register, unregister, events
     }
 
-    /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`.
+    /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`,
+    /// matched byte by byte (this runs twice per request).
     func resolve(_ head: HTTPRequestHead) -> Result<(AppRuntime, Route), ContractError> {
-        let prefix = "/v1/apps/"
-        guard head.path.hasPrefix(prefix) else { return .failure(ContractError(.notFound, "no such route")) }
-        let parts = head.path.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
-        let route: Route
-        switch parts.count {
-        case 2 where parts[1] == "installations": route = .register
-        case 2 where parts[1] == "events": route = .events
-        case 3 where parts[1] == "installations" && parts[2] == "unregister": route = .unregister
-        default: return .failure(ContractError(.notFound, "no such route"))
+        let path = head.path.utf8
+        guard path.starts(with: Self.prefix) else { return .failure(ContractError(.notFound, "no such route")) }
+        let afterPrefix = path.index(path.startIndex, offsetBy: Self.prefix.count)
+        guard let slash = path[afterPrefix...].firstIndex(of: UInt8(ascii: "/")) else {
+            return .failure(ContractError(.notFound, "no such route"))
         }
-        guard let app = apps[String(parts[0])] else { return .failure(ContractError(.notFound, "unknown app")) }
+        let rest = path[slash...]
+        let route: Route
+        if rest.elementsEqual(Self.installations) {
+            route = .register
+        } else if rest.elementsEqual(Self.events) {
+            route = .events
+        } else if rest.elementsEqual(Self.unregisterPath) {
+            route = .unregister
+        } else {
+            return .failure(ContractError(.notFound, "no such route"))
+        }
+        guard let app = apps[String(Substring(path[afterPrefix..<slash]))] else { return .failure(ContractError(.notFound, "unknown app")) }
         guard head.method == "POST" else {
             return .failure(ContractError(.methodNotAllowed, "use POST for this route"))
         }
@@ -121,6 +129,11 @@ public struct ClientAPIHandler: HTTPHandler {
     }
 
     /// `application/json`, any case, optionally followed by parameters (`; charset=utf-8`).
+    private static let prefix = Array("/v1/apps/".utf8)
+    private static let installations = Array("/installations".utf8)
+    private static let events = Array("/events".utf8)
+    private static let unregisterPath = Array("/installations/unregister".utf8)
+
     static func isJSON(_ contentType: String?) -> Bool {
         guard let contentType else { return false }
         let expected = "application/json".utf8

@@ -143,7 +143,10 @@ public final class Sidecar: Sendable {
         let threads = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
         do {
             clientServer = try HTTPServer(
-                configuration: HTTPServerConfiguration(host: configuration.listen.host, port: configuration.listen.port, threads: threads),
+                // 16 KiB per connection bounds a request head (a session JWT is ~1 KiB) and is what
+                // libmicrohttpd zeroes on every keep-alive request: half its default.
+                configuration: HTTPServerConfiguration(host: configuration.listen.host, port: configuration.listen.port, threads: threads,
+                                                       connectionMemoryLimit: 16 * 1024),
                 handler: handler)
         } catch {
             throw StartupError("cannot listen on \(configuration.listen): \(error.message)")

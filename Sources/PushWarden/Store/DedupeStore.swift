@@ -4,6 +4,11 @@ public struct StoreError: Error, Sendable, Equatable {
     public init(_ detail: String) { self.detail = detail }
 }
 
+/// What `checkAndLock` found.
+public enum LockAttempt: Sendable, Equatable {
+    case current, acquired, busy
+}
+
 /// The key-value operations dedupe needs, with the semantics Redis gives them.
 ///
 /// Keys are always hashes (see `DedupeKeys`), never raw push tokens.
@@ -12,12 +17,15 @@ public protocol DedupeStore: Sendable {
     /// Sets `key` to `value`, expiring after `ttlSeconds`.
     func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError)
     func delete(_ key: String) async throws(StoreError)
-    /// Sets `key` to `owner` only when it is absent, expiring after `ttlMillis`. True when this
-    /// call took the lock.
-    func acquire(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool
     /// Deletes `key` only while it still holds `owner`, so an expired lock taken over by another
     /// process is never released by the old holder.
     func release(_ key: String, owner: String) async throws(StoreError)
+    /// In one step: `.current` when `entry` already holds `fingerprint`, otherwise tries to take
+    /// `lock` for `owner` (set only when absent, expiring after `ttlMillis`): `.acquired` or `.busy`.
+    func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String, ttlMillis: Int) async throws(StoreError) -> LockAttempt
+    /// In one step: writes `entry` = `fingerprint` for `ttlSeconds` and releases `lock` if
+    /// `owner` still holds it.
+    func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String) async throws(StoreError)
     /// True when the store answers now (for `/readyz`).
     func isReachable() async -> Bool
     /// A short name for logs and metrics (`memory`, `redis`).

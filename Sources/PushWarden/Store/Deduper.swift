@@ -65,18 +65,18 @@ public struct Deduper: Sendable {
         let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
         let owner = Base64URL.encode(SecureRandom.bytes(12))
         while true {
-            let acquired: Bool
+            // One round trip: still a miss? then take the in-flight lock.
+            let attempt: LockAttempt
             do {
-                acquired = try await store.acquire(keys.lock, owner: owner, ttlMillis: lockMillis)
+                attempt = try await store.checkAndLock(entry: keys.entry, fingerprint: fingerprint, lock: keys.lock,
+                                                       owner: owner, ttlMillis: lockMillis)
             } catch {
                 return try await forwardDegraded(error, app: app, forward: forward)
             }
-            if acquired {
-                // Someone may have finished between our GET and our lock.
-                if (try? await store.get(keys.entry)) == fingerprint {
-                    try? await store.release(keys.lock, owner: owner)
-                    return .unchanged
-                }
+            switch attempt {
+            case .current:
+                return .unchanged
+            case .acquired:
                 do {
                     try await forward()
                 } catch {
@@ -84,24 +84,21 @@ public struct Deduper: Sendable {
                     throw error
                 }
                 do {
-                    try await store.set(keys.entry, fingerprint, ttlSeconds: refreshAfterSeconds)
-                    try await store.release(keys.lock, owner: owner)
+                    // One round trip: remember the success and free the lock.
+                    try await store.commitAndUnlock(entry: keys.entry, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds,
+                                                    lock: keys.lock, owner: owner)
                 } catch {
                     degrade(error, app: app)
                 }
                 return .forwarded
-            }
-            // Another request holds the lock: wait for it to finish, then look again.
-            if MonotonicClock.nowMillis() >= deadline {
-                // The holder outlived its budget; forwarding twice beats losing a registration.
-                try await forward()
-                return .forwarded
-            }
-            try? await Task.sleep(for: .milliseconds(pollMillis))
-            do {
-                if try await store.get(keys.entry) == fingerprint { return .unchanged }
-            } catch {
-                return try await forwardDegraded(error, app: app, forward: forward)
+            case .busy:
+                // Another request holds the lock: wait for it to finish, then look again.
+                if MonotonicClock.nowMillis() >= deadline {
+                    // The holder outlived its budget; forwarding twice beats losing a registration.
+                    try await forward()
+                    return .forwarded
+                }
+                try? await Task.sleep(for: .milliseconds(pollMillis))
             }
         }
     }

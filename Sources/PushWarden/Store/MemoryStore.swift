@@ -44,18 +44,28 @@ public final class MemoryStore: DedupeStore {
         _ = state.withLock { $0.entries.removeValue(forKey: key) }
     }
 
-    public func acquire(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
-        let now = Self.monotonicNanos()
-        return state.withLock { state in
-            if let entry = state.entries[key], entry.expiresAt > now { return false }
-            state.entries[key] = Entry(value: owner, expiresAt: now + UInt64(max(ttlMillis, 1)) * 1_000_000)
-            return true
-        }
-    }
-
     public func release(_ key: String, owner: String) async throws(StoreError) {
         state.withLock { state in
             if state.entries[key]?.value == owner { state.entries[key] = nil }
+        }
+    }
+
+    public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
+                             ttlMillis: Int) async throws(StoreError) -> LockAttempt {
+        let now = Self.monotonicNanos()
+        return state.withLock { state in
+            if let current = state.entries[entry], current.expiresAt > now, current.value == fingerprint { return .current }
+            if let held = state.entries[lock], held.expiresAt > now { return .busy }
+            state.entries[lock] = Entry(value: owner, expiresAt: now + UInt64(max(ttlMillis, 1)) * 1_000_000)
+            return .acquired
+        }
+    }
+
+    public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String,
+                                owner: String) async throws(StoreError) {
+        write(entry, fingerprint, ttlNanos: UInt64(max(ttlSeconds, 1)) * 1_000_000_000)
+        state.withLock { state in
+            if state.entries[lock]?.value == owner { state.entries[lock] = nil }
         }
     }
 

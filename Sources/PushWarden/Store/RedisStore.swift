@@ -29,16 +29,38 @@ public final class RedisStore: DedupeStore {
         _ = try await send(["DEL", key])
     }
 
-    public func acquire(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
-        switch try await send(["SET", key, owner, "NX", "PX", String(max(ttlMillis, 1))]) {
-        case .status("OK"): return true
-        case .null: return false
-        default: throw StoreError("unexpected SET NX reply")
+    public func release(_ key: String, owner: String) async throws(StoreError) {
+        _ = try await send(["EVAL", Self.releaseScript, "1", key, owner])
+    }
+
+    /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] owner, ARGV[3] lock ttl (ms).
+    private static let checkAndLockScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return 'current' end
+        if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 'acquired' end
+        return 'busy'
+        """
+
+    /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] ttl (s), ARGV[3] owner.
+    private static let commitAndUnlockScript = """
+        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+        if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+        return 1
+        """
+
+    public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
+                             ttlMillis: Int) async throws(StoreError) -> LockAttempt {
+        let reply = try await send(["EVAL", Self.checkAndLockScript, "2", entry, lock, fingerprint, owner, String(max(ttlMillis, 1))])
+        switch reply.string {
+        case "current": return .current
+        case "acquired": return .acquired
+        case "busy": return .busy
+        default: throw StoreError("unexpected check-and-lock reply")
         }
     }
 
-    public func release(_ key: String, owner: String) async throws(StoreError) {
-        _ = try await send(["EVAL", Self.releaseScript, "1", key, owner])
+    public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String,
+                                owner: String) async throws(StoreError) {
+        _ = try await send(["EVAL", Self.commitAndUnlockScript, "2", entry, lock, fingerprint, String(max(ttlSeconds, 1)), owner])
     }
 
     public func isReachable() async -> Bool { await client.ping() }

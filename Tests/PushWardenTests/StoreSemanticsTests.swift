@@ -1,0 +1,68 @@
+import Foundation
+import PushWarden
+import PushWardenTestSupport
+import RedisClient
+import Testing
+
+/// The dedupe store's operations behave the same in memory and in Redis.
+@Suite struct StoreSemanticsTests {
+    enum Kind: String, CaseIterable, Sendable { case memory, redis }
+
+    static func store(_ kind: Kind) throws -> any DedupeStore {
+        switch kind {
+        case .memory: return MemoryStore()
+        case .redis: return RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url)))
+        }
+    }
+
+    static func keys() -> (entry: String, lock: String) {
+        let id = UUID().uuidString
+        return ("test:entry:\(id)", "test:lock:\(id)")
+    }
+
+    @Test(arguments: Kind.allCases)
+    func checkAndLockThenCommit(_ kind: Kind) async throws {
+        let store = try Self.store(kind)
+        let (entry, lock) = Self.keys()
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "a", ttlMillis: 5000) == .acquired)
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "b", ttlMillis: 5000) == .busy)
+        try await store.commitAndUnlock(entry: entry, fingerprint: "f1", ttlSeconds: 60, lock: lock, owner: "a")
+        #expect(try await store.get(entry) == "f1")
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "b", ttlMillis: 5000) == .current)
+        // Another fingerprint (a contact change) takes the now free lock.
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f2", lock: lock, owner: "b", ttlMillis: 5000) == .acquired)
+    }
+
+    @Test(arguments: Kind.allCases)
+    func commitLeavesAnotherOwnersLock(_ kind: Kind) async throws {
+        let store = try Self.store(kind)
+        let (entry, lock) = Self.keys()
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f", lock: lock, owner: "b", ttlMillis: 5000) == .acquired)
+        // A holder whose lock expired and was taken over must not free the new holder's lock.
+        try await store.commitAndUnlock(entry: entry, fingerprint: "f", ttlSeconds: 60, lock: lock, owner: "a")
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "g", lock: lock, owner: "c", ttlMillis: 5000) == .busy)
+        try await store.release(lock, owner: "b")
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "g", lock: lock, owner: "c", ttlMillis: 5000) == .acquired)
+    }
+
+    @Test(arguments: Kind.allCases)
+    func entriesAndLocksExpire(_ kind: Kind) async throws {
+        let store = try Self.store(kind)
+        let (entry, lock) = Self.keys()
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f", lock: lock, owner: "a", ttlMillis: 200) == .acquired)
+        try await store.set(entry, "f", ttlSeconds: 1)
+        #expect(try await store.get(entry) == "f")
+        try await Task.sleep(for: .milliseconds(1300))
+        #expect(try await store.get(entry) == nil)
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f", lock: lock, owner: "b", ttlMillis: 200) == .acquired)
+    }
+
+    @Test(arguments: Kind.allCases)
+    func deleteForgets(_ kind: Kind) async throws {
+        let store = try Self.store(kind)
+        let (entry, _) = Self.keys()
+        try await store.set(entry, "f", ttlSeconds: 60)
+        try await store.delete(entry)
+        #expect(try await store.get(entry) == nil)
+    }
+}
