@@ -128,12 +128,12 @@ public struct ClientAPIHandler: HTTPHandler {
         return .success((app, route))
     }
 
-    /// `application/json`, any case, optionally followed by parameters (`; charset=utf-8`).
     private static let prefix = Array("/v1/apps/".utf8)
     private static let installations = Array("/installations".utf8)
     private static let events = Array("/events".utf8)
     private static let unregisterPath = Array("/installations/unregister".utf8)
 
+    /// `application/json`, any case, optionally followed by parameters (`; charset=utf-8`).
     static func isJSON(_ contentType: String?) -> Bool {
         guard let contentType else { return false }
         let expected = "application/json".utf8
