@@ -11,27 +11,8 @@ import Synchronization
 /// per-user rate limits (20/min register, 40/min unregister). It records what it received and can
 /// be told to answer with scripted statuses.
 public final class MockFluxer: Sendable {
-    public struct Received: Sendable, Equatable {
-        public var method: String
-        public var path: String
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public var json: JSONValue? { try? JSONValue.parse(body) }
-        public var object: JSONObject? { json?.objectValue }
-        public var bodyText: String { String(decoding: body, as: UTF8.self) }
-    }
-
-    /// A scripted answer, used once, before the document's normal behaviour resumes.
-    public struct Scripted: Sendable {
-        public var status: Int
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public init(status: Int, headers: HTTPHeaders = [:], body: String = "") {
-            self.status = status
-            self.headers = headers
-            self.body = Array(body.utf8)
-        }
-    }
+    public typealias Received = MockRequest
+    public typealias Scripted = MockAnswer
 
     /// One stored registration, as Fluxer keeps it.
     public struct Registration: Sendable, Equatable {
@@ -46,8 +27,6 @@ public final class MockFluxer: Sendable {
     }
 
     private struct State {
-        var received: [Received] = []
-        var script: [Scripted] = []
         /// user session → device_id → registration.
         var registrations: [String: [String: Registration]] = [:]
         /// (user session, bucket) → times of admitted requests in the last minute.
@@ -55,7 +34,7 @@ public final class MockFluxer: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: HTTPServer
+    private let server: MockServer
     /// User sessions the mock accepts (the value of `Authorization`, verbatim).
     public let sessions: Set<String>
     /// Sessions of accounts with an outstanding required action.
@@ -70,9 +49,8 @@ public final class MockFluxer: Sendable {
         self.sessions = sessions
         self.suspicious = suspicious
         self.rateLimited = rateLimited
-        let box = HandlerBox()
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads), handler: box)
-        box.set(Handler(mock: Weak(self)))
+        server = try MockServer(host: host, port: port, threads: threads)
+        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
     }
 
     public var port: Int { server.port }
@@ -82,26 +60,19 @@ public final class MockFluxer: Sendable {
     public static let registerPath = "/v1/users/@me/mobile-devices"
     public static let unregisterPath = "/v1/users/@me/mobile-devices/unregister"
 
-    public var received: [Received] { state.withLock { $0.received } }
+    public var received: [Received] { server.received }
     public func received(path: String) -> [Received] { received.filter { $0.path == path } }
     public var registers: [Received] { received(path: Self.registerPath) }
     public var unregisters: [Received] { received(path: Self.unregisterPath) }
     /// What is stored for a user, by device_id.
     public func registrations(session: String) -> [String: Registration] { state.withLock { $0.registrations[session] ?? [:] } }
-    public func reset() { state.withLock { $0 = State() } }
-    public func enqueue(_ answers: Scripted...) { state.withLock { $0.script.append(contentsOf: answers) } }
-
-    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
-
-    fileprivate func answer(_ request: HTTPRequest) -> HTTPResponse {
-        let received = Received(method: request.head.method, path: request.head.path, headers: request.head.headers, body: request.body)
-        let scripted: Scripted? = state.withLock { state in
-            state.received.append(received)
-            return state.script.isEmpty ? nil : state.script.removeFirst()
-        }
-        if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
-        return documented(request)
+    public func reset() {
+        server.reset()
+        state.withLock { $0 = State() }
     }
+    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
+
+    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {
@@ -294,16 +265,5 @@ public final class MockFluxer: Sendable {
             JSONMember("errors", .object(JSONObject([JSONMember(field, .object(JSONObject([JSONMember("_errors", .array([violation]))])))]))),
         ]))
         return HTTPResponse(status: 400, headers: ["Content-Type": "application/json"], body: body.encoded())
-    }
-
-    private struct Handler: HTTPHandler {
-        let mock: Weak<MockFluxer>
-
-        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
-        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
-        func handle(_ request: HTTPRequest) async -> HTTPResponse {
-            guard let mock = mock.value else { return HTTPResponse(status: 503) }
-            return mock.answer(request)
-        }
     }
 }

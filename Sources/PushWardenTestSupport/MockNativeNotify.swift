@@ -12,15 +12,8 @@ import Synchronization
 /// It records what it received so tests can assert it exactly, can be scripted with answers,
 /// and lets a test switch environments off (`403 environment_disabled`).
 public final class MockNativeNotify: Sendable {
-    public struct Received: Sendable, Equatable {
-        public var method: String
-        public var path: String
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public var json: JSONValue? { try? JSONValue.parse(body) }
-        public var object: JSONObject? { json?.objectValue }
-        public var bodyText: String { String(decoding: body, as: UTF8.self) }
-    }
+    public typealias Received = MockRequest
+    public typealias Scripted = MockAnswer
 
     /// A stored device, as the mock keeps it.
     public struct Device: Sendable, Equatable {
@@ -35,11 +28,7 @@ public final class MockNativeNotify: Sendable {
         public var tokens: [String: String]
     }
 
-    public typealias Scripted = MockVoyado.Scripted
-
     private struct State {
-        var received: [Received] = []
-        var script: [Scripted] = []
         var devices: [String: Device] = [:]
         /// "type\0value" → deviceId.
         var tokenOwners: [String: String] = [:]
@@ -48,29 +37,28 @@ public final class MockNativeNotify: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: HTTPServer
+    private let server: MockServer
     public let appID: Int
     public let appToken: String
 
     public init(appID: Int = 123, appToken: String = "nn-test-app-token", host: String = "127.0.0.1", port: Int = 0, threads: Int = 2) throws {
         self.appID = appID
         self.appToken = appToken
-        let box = HandlerBox()
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads), handler: box)
-        box.set(Handler(mock: Weak(self)))
+        server = try MockServer(host: host, port: port, threads: threads)
+        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
     }
 
     public var port: Int { server.port }
     /// The `base_url` to put in a policy.
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
-    public var received: [Received] { state.withLock { $0.received } }
-    public func received(path suffix: String) -> [Received] { received.filter { $0.path.hasSuffix(suffix) } }
+    public var received: [Received] { server.received }
+    public func received(path suffix: String) -> [Received] { server.received(path: suffix) }
     public var registrations: [Received] { received(path: "/api/universal/device/register") }
     public var deregistrations: [Received] { received(path: "/api/universal/device/deregister") }
     public func device(_ deviceID: String) -> Device? { state.withLock { $0.devices[deviceID] } }
     public var devices: [Device] { state.withLock { Array($0.devices.values) } }
-    public func enqueue(_ answers: Scripted...) { state.withLock { $0.script.append(contentsOf: answers) } }
+    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
     /// Deletes a device as Native Notify's dashboard would, behind PushWarden's back.
     public func removeDevice(_ deviceID: String) {
         state.withLock { state in
@@ -80,17 +68,7 @@ public final class MockNativeNotify: Sendable {
     }
     public func disable(environment: String) { _ = state.withLock { $0.disabledEnvironments.insert(environment) } }
 
-    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
-
-    fileprivate func answer(_ request: HTTPRequest) -> HTTPResponse {
-        let received = Received(method: request.head.method, path: request.head.path, headers: request.head.headers, body: request.body)
-        let scripted: Scripted? = state.withLock { state in
-            state.received.append(received)
-            return state.script.isEmpty ? nil : state.script.removeFirst()
-        }
-        if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
-        return documented(request)
-    }
+    public func stop() async { await server.stop() }
 
     // MARK: The document's behaviour
 
@@ -299,16 +277,5 @@ public final class MockNativeNotify: Sendable {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter.string(from: Date())
-    }
-
-    private struct Handler: HTTPHandler {
-        let mock: Weak<MockNativeNotify>
-
-        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
-        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
-        func handle(_ request: HTTPRequest) async -> HTTPResponse {
-            guard let mock = mock.value else { return HTTPResponse(status: 503) }
-            return mock.answer(request)
-        }
     }
 }

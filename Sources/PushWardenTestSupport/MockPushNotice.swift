@@ -15,27 +15,8 @@ import Synchronization
 /// `{"ok":false,"error":{"code":"validation_failed","message":...}}`; unparsable JSON is `422`
 /// `invalid_json`; a successful register answers `200 {"ok":true,"subscriber_id":N}`.
 public final class MockPushNotice: Sendable {
-    public struct Received: Sendable, Equatable {
-        public var method: String
-        public var path: String
-        public var query: String
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public var json: JSONValue? { try? JSONValue.parse(body) }
-        public var bodyText: String { String(decoding: body, as: UTF8.self) }
-    }
-
-    /// A scripted answer, used once, before the document's normal behaviour resumes.
-    public struct Scripted: Sendable {
-        public var status: Int
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public init(status: Int, headers: HTTPHeaders = [:], body: String = "") {
-            self.status = status
-            self.headers = headers
-            self.body = Array(body.utf8)
-        }
-    }
+    public typealias Received = MockRequest
+    public typealias Scripted = MockAnswer
 
     /// One row of the dashboard's Subscribers tab.
     public struct Subscriber: Sendable, Equatable {
@@ -50,14 +31,12 @@ public final class MockPushNotice: Sendable {
     }
 
     private struct State {
-        var received: [Received] = []
-        var script: [Scripted] = []
         var subscribers: [Subscriber] = []
         var nextID = 1
     }
 
     private let state = Mutex(State())
-    private let server: HTTPServer
+    private let server: MockServer
     public let apiKey: String
     public let slug: String
     /// The groups operators created in the dashboard; `Master` holds every device.
@@ -71,9 +50,8 @@ public final class MockPushNotice: Sendable {
         self.apiKey = apiKey
         self.slug = slug
         self.knownGroups = knownGroups
-        let box = HandlerBox()
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads), handler: box)
-        box.set(Handler(mock: Weak(self)))
+        server = try MockServer(host: host, port: port, threads: threads)
+        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
     }
 
     public var port: Int { server.port }
@@ -81,25 +59,17 @@ public final class MockPushNotice: Sendable {
     public var baseURL: String { "http://127.0.0.1:\(port)" }
     public var subscribersPath: String { "/api/v1/apps/\(slug)/subscribers" }
 
-    public var received: [Received] { state.withLock { $0.received } }
+    public var received: [Received] { server.received }
     public func received(method: String) -> [Received] { received.filter { $0.method == method } }
     public var subscribers: [Subscriber] { state.withLock { $0.subscribers } }
     public func subscriber(token: String) -> Subscriber? { subscribers.first { $0.token == token } }
-    public func reset() { state.withLock { $0 = State() } }
-    public func enqueue(_ answers: Scripted...) { state.withLock { $0.script.append(contentsOf: answers) } }
-
-    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
-
-    fileprivate func answer(_ request: HTTPRequest) -> HTTPResponse {
-        let received = Received(method: request.head.method, path: request.head.path, query: request.head.query,
-                                headers: request.head.headers, body: request.body)
-        let scripted: Scripted? = state.withLock { state in
-            state.received.append(received)
-            return state.script.isEmpty ? nil : state.script.removeFirst()
-        }
-        if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
-        return documented(request)
+    public func reset() {
+        server.reset()
+        state.withLock { $0 = State() }
     }
+    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
+
+    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {
@@ -179,16 +149,5 @@ public final class MockPushNotice: Sendable {
             JSONMember("error", .object(JSONObject([JSONMember("code", .string(code)), JSONMember("message", .string(message))]))),
         ]))
         return HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: body.encoded())
-    }
-
-    private struct Handler: HTTPHandler {
-        let mock: Weak<MockPushNotice>
-
-        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
-        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
-        func handle(_ request: HTTPRequest) async -> HTTPResponse {
-            guard let mock = mock.value else { return HTTPResponse(status: 503) }
-            return mock.answer(request)
-        }
     }
 }

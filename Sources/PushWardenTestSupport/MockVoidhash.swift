@@ -10,28 +10,8 @@ import Synchronization
 /// `previousPushDeviceTokenId` dropping that registration, and `404` for a device another
 /// distinct ID registered. It records what it received and can answer scripted statuses.
 public final class MockVoidhash: Sendable {
-    public struct Received: Sendable, Equatable {
-        public var method: String
-        public var path: String
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public var json: JSONValue? { try? JSONValue.parse(body) }
-        public var bodyText: String { String(decoding: body, as: UTF8.self) }
-        /// `x-distinct-id` as Voidhash reads it (decoded when `x-distinct-id-encoding: percent`).
-        public var distinctID: String? { MockVoidhash.distinctID(headers) }
-    }
-
-    /// A scripted answer, used once, before the document's normal behaviour resumes.
-    public struct Scripted: Sendable {
-        public var status: Int
-        public var headers: HTTPHeaders
-        public var body: [UInt8]
-        public init(status: Int, headers: HTTPHeaders = [:], body: String = "") {
-            self.status = status
-            self.headers = headers
-            self.body = Array(body.utf8)
-        }
-    }
+    public typealias Received = MockRequest
+    public typealias Scripted = MockAnswer
 
     /// One registered device as Voidhash keeps it.
     public struct Device: Sendable, Equatable {
@@ -45,15 +25,13 @@ public final class MockVoidhash: Sendable {
     }
 
     private struct State {
-        var received: [Received] = []
-        var script: [Scripted] = []
         var devices: [String: Device] = [:]
         var nextID = 1
         var pushEnabled = true
     }
 
     private let state = Mutex(State())
-    private let server: HTTPServer
+    private let server: MockServer
     public let publishableKey: String
 
     public static let requiredHeaders = ["x-publishable-key", "x-distinct-id", "x-client-bundle-id", "x-platform", "x-platform-flavor",
@@ -61,35 +39,24 @@ public final class MockVoidhash: Sendable {
 
     public init(publishableKey: String = "vh_pk_mock", host: String = "127.0.0.1", port: Int = 0) throws {
         self.publishableKey = publishableKey
-        let box = HandlerBox()
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: 2), handler: box)
-        box.set(Handler(mock: Weak(self)))
+        server = try MockServer(host: host, port: port, threads: 2)
+        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
     }
 
     public var port: Int { server.port }
     /// The API origin to put in a policy.
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
-    public var received: [Received] { state.withLock { $0.received } }
-    public func received(path suffix: String) -> [Received] { received.filter { $0.path.hasSuffix(suffix) } }
+    public var received: [Received] { server.received }
+    public func received(path suffix: String) -> [Received] { server.received(path: suffix) }
     public var devices: [Device] { state.withLock { Array($0.devices.values) } }
     public func device(token: String) -> Device? { state.withLock { $0.devices.values.first { $0.platformToken == token } } }
     public func device(id: String) -> Device? { state.withLock { $0.devices[id] } }
-    public func enqueue(_ answers: Scripted...) { state.withLock { $0.script.append(contentsOf: answers) } }
+    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
     /// Off: every call answers 403, as for a team without push notifications.
     public func setPushEnabled(_ enabled: Bool) { state.withLock { $0.pushEnabled = enabled } }
 
-    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
-
-    fileprivate func answer(_ request: HTTPRequest) -> HTTPResponse {
-        let received = Received(method: request.head.method, path: request.head.path, headers: request.head.headers, body: request.body)
-        let scripted: Scripted? = state.withLock { state in
-            state.received.append(received)
-            return state.script.isEmpty ? nil : state.script.removeFirst()
-        }
-        if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
-        return documented(request)
-    }
+    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {
@@ -199,15 +166,9 @@ public final class MockVoidhash: Sendable {
         guard headers["x-distinct-id-encoding"] == "percent" else { return raw }
         return raw.removingPercentEncoding
     }
+}
 
-    private struct Handler: HTTPHandler {
-        let mock: Weak<MockVoidhash>
-
-        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
-        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
-        func handle(_ request: HTTPRequest) async -> HTTPResponse {
-            guard let mock = mock.value else { return HTTPResponse(status: 503) }
-            return mock.answer(request)
-        }
-    }
+extension MockRequest {
+    /// `x-distinct-id` as Voidhash reads it (decoded when `x-distinct-id-encoding: percent`).
+    public var distinctID: String? { MockVoidhash.distinctID(headers) }
 }

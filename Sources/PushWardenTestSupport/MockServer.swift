@@ -1,0 +1,115 @@
+import HTTPServer
+import PWCore
+import Synchronization
+
+/// One request a mock upstream received, kept so that tests can assert it exactly.
+public struct MockRequest: Sendable, Equatable {
+    public var method: String
+    public var path: String
+    public var query: String
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(method: String, path: String, query: String = "", headers: HTTPHeaders = [:], body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+
+    init(_ request: HTTPRequest) {
+        self.init(method: request.head.method, path: request.head.path, query: request.head.query,
+                  headers: request.head.headers, body: request.body)
+    }
+
+    public var json: JSONValue? { try? JSONValue.parse(body) }
+    public var object: JSONObject? { json?.objectValue }
+    public var bodyText: String { String(decoding: body, as: UTF8.self) }
+}
+
+/// A scripted answer, used once, before the document's normal behaviour resumes.
+public struct MockAnswer: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders = [:], body: String = "") {
+        self.status = status
+        self.headers = headers
+        self.body = Array(body.utf8)
+    }
+}
+
+/// The machinery every mock upstream shares: a real loopback HTTP server that optionally waits a
+/// fixed latency, records each request, answers from the script queue first and otherwise with the
+/// behaviour its mock installed through `respond(with:)`. Until one is installed it answers 503.
+///
+/// The server holds its exchange strongly and the exchange does not hold the server, so there is no
+/// cycle; a mock's behaviour closure should capture its mock weakly, because the mock owns this
+/// server. Stopping happens in `stop()` or, failing that, when the `HTTPServer` is released.
+/// Thread-safe.
+public final class MockServer: Sendable {
+    private let server: HTTPServer
+    private let exchange: Exchange
+
+    /// - Parameters:
+    ///   - latencyMillis: every answer waits this long (the connection holds no thread meanwhile).
+    ///   - record: keep every request (off for benchmarks).
+    public init(host: String = "127.0.0.1", port: Int = 0, threads: Int = 2, latencyMillis: Int = 0, record: Bool = true) throws {
+        exchange = Exchange(record: record)
+        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads),
+                                handler: Handler(exchange: exchange, latencyMillis: latencyMillis))
+    }
+
+    /// Installs the document's behaviour, used whenever no scripted answer is queued.
+    public func respond(with behaviour: @escaping @Sendable (HTTPRequest) -> HTTPResponse) {
+        exchange.behaviour.withLock { $0 = behaviour }
+    }
+
+    public var port: Int { server.port }
+
+    public var received: [MockRequest] { exchange.state.withLock { $0.received } }
+    public func received(path suffix: String) -> [MockRequest] { received.filter { $0.path.hasSuffix(suffix) } }
+    public func enqueue(_ answers: [MockAnswer]) { exchange.state.withLock { $0.script.append(contentsOf: answers) } }
+    /// Forgets what was received and what was scripted; the installed behaviour stays.
+    public func reset() { exchange.state.withLock { $0 = Exchange.State() } }
+
+    public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
+
+    private final class Exchange: Sendable {
+        struct State {
+            var received: [MockRequest] = []
+            var script: [MockAnswer] = []
+        }
+
+        let state = Mutex(State())
+        let behaviour = Mutex<(@Sendable (HTTPRequest) -> HTTPResponse)?>(nil)
+        let record: Bool
+
+        init(record: Bool) { self.record = record }
+
+        func answer(_ request: HTTPRequest) -> HTTPResponse {
+            let received = record ? MockRequest(request) : nil
+            let scripted: MockAnswer? = state.withLock { state in
+                if let received { state.received.append(received) }
+                return state.script.isEmpty ? nil : state.script.removeFirst()
+            }
+            if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
+            guard let behaviour = behaviour.withLock({ $0 }) else { return HTTPResponse(status: 503) }
+            return behaviour(request)
+        }
+    }
+
+    private struct Handler: HTTPHandler {
+        let exchange: Exchange
+        let latencyMillis: Int
+
+        func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
+        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
+        func handle(_ request: HTTPRequest) async -> HTTPResponse {
+            if latencyMillis > 0 { try? await Task.sleep(for: .milliseconds(latencyMillis)) }
+            return exchange.answer(request)
+        }
+    }
+}
