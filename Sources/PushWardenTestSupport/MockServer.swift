@@ -64,7 +64,7 @@ public final class MockServer: Sendable {
 
     /// Installs the document's behaviour, used whenever no scripted answer is queued.
     public func respond(with behaviour: @escaping @Sendable (HTTPRequest) -> HTTPResponse) {
-        exchange.behaviour.withLock { $0 = behaviour }
+        exchange.behaviour.withLock { $0 = Behaviour(respond: behaviour) }
     }
 
     public var port: Int { server.port }
@@ -77,6 +77,11 @@ public final class MockServer: Sendable {
 
     public func stop() async { await server.shutdown(gracePeriodSeconds: 1) }
 
+    /// The installed behaviour, boxed so the closure keeps one concrete representation.
+    private struct Behaviour: Sendable {
+        let respond: @Sendable (HTTPRequest) -> HTTPResponse
+    }
+
     private final class Exchange: Sendable {
         struct State {
             var received: [MockRequest] = []
@@ -84,7 +89,7 @@ public final class MockServer: Sendable {
         }
 
         let state = Mutex(State())
-        let behaviour = Mutex<(@Sendable (HTTPRequest) -> HTTPResponse)?>(nil)
+        let behaviour = Mutex<Behaviour?>(nil)
         let record: Bool
 
         init(record: Bool) { self.record = record }
@@ -97,7 +102,7 @@ public final class MockServer: Sendable {
             }
             if let scripted { return HTTPResponse(status: scripted.status, headers: scripted.headers, body: scripted.body) }
             guard let behaviour = behaviour.withLock({ $0 }) else { return HTTPResponse(status: 503) }
-            return behaviour(request)
+            return behaviour.respond(request)
         }
     }
 
