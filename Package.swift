@@ -30,7 +30,7 @@ let package = Package(
         .target(name: "PWCrypto", dependencies: ["COpenSSL"]),
         .target(name: "HTTPServer", dependencies: ["PWCore", "CMicroHTTPD", "CShims"]),
         .target(name: "HTTPClient", dependencies: ["PWCore", "CCurl", "CShims"]),
-        .target(name: "RedisClient", dependencies: ["CHiredis"]),
+        .target(name: "RedisClient", dependencies: ["CHiredis", "CShims"]),
 
         // MARK: Domain built on the wrappers
         .target(name: "SessionAuth", dependencies: ["PWCore", "PWPolicy", "PWCrypto"]),

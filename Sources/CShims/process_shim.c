@@ -1,6 +1,13 @@
+#define _GNU_SOURCE
 #include "process_shim.h"
 #include <malloc.h>
 
 int pw_limit_malloc_arenas(int arenas) {
     return mallopt(M_ARENA_MAX, arenas);
+}
+
+#include <pthread.h>
+
+void pw_set_thread_name(const char *name) {
+    (void)pthread_setname_np(pthread_self(), name);
 }

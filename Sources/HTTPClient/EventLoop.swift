@@ -106,6 +106,8 @@ final class EventLoop: Sendable {
     // MARK: - Loop thread only
 
     private func run() {
+        // Named so `top -H` and profilers show which thread is the upstream client.
+        pw_set_thread_name("pw-curl")
         guard let multi = shared.withLock({ $0.multi }) else { return }
         var active: [UInt: Transfer] = [:]
         var spare: [EasyHandle] = []

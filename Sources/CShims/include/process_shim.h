@@ -3,4 +3,7 @@
 /// Caps glibc's malloc arenas (mallopt(M_ARENA_MAX)); returns 1 on success. Owned by the
 /// command layer, called once at start-up before any thread exists.
 int pw_limit_malloc_arenas(int arenas);
+/// Names the calling thread (at most 15 bytes are kept), so `top -H` and profilers can tell the
+/// sidecar's threads apart.
+void pw_set_thread_name(const char *name);
 #endif
