@@ -32,6 +32,18 @@ CURLMcode pw_curl_multi_setopt_long(CURLM *multi, CURLMoption option, long value
     return curl_multi_setopt(multi, option, value);
 }
 
+CURLMcode pw_curl_multi_setopt_ptr(CURLM *multi, CURLMoption option, void *value) {
+    return curl_multi_setopt(multi, option, value);
+}
+
+CURLMcode pw_curl_multi_setopt_socketfunction(CURLM *multi, pw_curl_socket_cb callback) {
+    return curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, callback);
+}
+
+CURLMcode pw_curl_multi_setopt_timerfunction(CURLM *multi, pw_curl_timer_cb callback) {
+    return curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, callback);
+}
+
 CURLcode pw_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *out) {
     return curl_easy_getinfo(handle, info, out);
 }

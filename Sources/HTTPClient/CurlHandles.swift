@@ -24,20 +24,32 @@ final class EasyHandle {
 }
 
 /// Sole owner of one `CURLM *` and, through it, the connection cache, DNS cache and the HTTP/2
-/// sessions every transfer shares.
+/// sessions every transfer shares. Also owns the `SocketPoller` curl's socket and timer callbacks
+/// act on, so the poller outlives `curl_multi_cleanup` (whose callbacks still reach it).
 ///
-/// Only `wakeup()` may be called from a thread other than the event loop's
-/// (https://curl.se/libcurl/c/curl_multi_wakeup.html documents it as thread-safe); callers do
-/// so while holding the loop's state lock, which is also where the loop drops its last reference.
+/// Only `wakeup()` may be called from a thread other than the event loop's (it only writes to the
+/// poller's wake pipe); callers do so while holding the loop's state lock, which is also where the
+/// loop drops its last reference.
 final class MultiHandle: @unchecked Sendable {
     let raw: UnsafeMutableRawPointer
+    let poller: SocketPoller
 
     init?() {
+        guard let poller = SocketPoller() else { return nil }
         guard let raw = curl_multi_init() else { return nil }
         self.raw = raw
+        self.poller = poller
+        let context = Unmanaged.passUnretained(poller).toOpaque()
+        let results = [
+            pw_curl_multi_setopt_socketfunction(raw, curlSocketCallback),
+            pw_curl_multi_setopt_ptr(raw, CURLMOPT_SOCKETDATA, context),
+            pw_curl_multi_setopt_timerfunction(raw, curlTimerCallback),
+            pw_curl_multi_setopt_ptr(raw, CURLMOPT_TIMERDATA, context),
+        ]
+        guard results.allSatisfy({ $0 == CURLM_OK }) else { return nil }
     }
 
-    func wakeup() { _ = curl_multi_wakeup(raw) }
+    func wakeup() { poller.wake() }
 
     deinit { curl_multi_cleanup(raw) }
 }

@@ -9,9 +9,13 @@ import Synchronization
 /// The single thread that drives every transfer through one curl multi handle.
 ///
 /// Other threads only ever take `shared`'s lock to hand over new transfers, cancellations or the
-/// shutdown request, and wake the loop with `curl_multi_wakeup` while holding that lock. Everything
+/// shutdown request, and wake the loop through the poller's pipe while holding that lock. Everything
 /// else (the active-transfer table, the easy-handle free list, curl's callbacks) lives on the loop
 /// thread and needs no lock.
+///
+/// The multi handle is driven through curl's socket interface: curl registers each transfer socket
+/// with the `SocketPoller`'s epoll set and names one deadline; the loop calls
+/// `curl_multi_socket_action` only for sockets that are ready and when the deadline passes.
 final class EventLoop: Sendable {
     private enum Phase { case running, stopping, stopped }
 
@@ -129,6 +133,23 @@ final class EventLoop: Sendable {
             transfer.finish(outcome)
         }
 
+        let poller = multi.poller
+        let timeoutSocket = pw_curl_socket_timeout()
+        func act(on socket: curl_socket_t, _ flags: Int32) {
+            var running: Int32 = 0
+            _ = curl_multi_socket_action(multi.raw, socket, flags, &running)
+        }
+
+        func drainMessages() {
+            var queued: Int32 = 0
+            while let message = curl_multi_info_read(multi.raw, &queued) {
+                guard pw_curl_msg_is_done(message) != 0, let raw = message.pointee.easy_handle,
+                    let transfer = active[UInt(bitPattern: raw)]
+                else { continue }
+                complete(transfer, outcome(of: transfer, raw: raw, code: pw_curl_msg_result(message)))
+            }
+        }
+
         func begin(_ transfer: Transfer) {
             if transfer.cancelRequested.load(ordering: .acquiring) {
                 transfer.finish(.failure(.cancelled))
@@ -174,17 +195,13 @@ final class EventLoop: Sendable {
                 complete(transfer, .failure(.cancelled))
             }
 
-            var running: Int32 = 0
-            _ = curl_multi_perform(multi.raw, &running)
-            var queued: Int32 = 0
-            while let message = curl_multi_info_read(multi.raw, &queued) {
-                guard pw_curl_msg_is_done(message) != 0, let raw = message.pointee.easy_handle,
-                    let transfer = active[UInt(bitPattern: raw)]
-                else { continue }
-                complete(transfer, outcome(of: transfer, raw: raw, code: pw_curl_msg_result(message)))
-            }
-            // Sleeps until a socket is ready, curl's next timer, or a wakeup from another thread.
-            _ = curl_multi_poll(multi.raw, nil, 0, 1000, nil)
+            // New handles get a timeout call right away (curl's timer callback asks for one on add too).
+            if poller.takeDueTimeout() || !pending.isEmpty { act(on: timeoutSocket, 0) }
+            drainMessages()
+            // Sleeps until a socket is ready, curl's deadline, or a wakeup from another thread.
+            poller.wait(capMillis: 1000) { socket, flags in act(on: socket, flags) }
+            if poller.takeDueTimeout() { act(on: timeoutSocket, 0) }
+            drainMessages()
         }
 
         spare.removeAll()

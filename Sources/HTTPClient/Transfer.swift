@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// Thread-safety: the creating task sets `continuation` and hands the object to the loop through
 /// the loop's lock; from then on every mutable field is touched only by the event-loop thread
-/// (curl's callbacks run inside `curl_multi_perform` on that thread). `cancelRequested` is the one
+/// (curl's callbacks run inside `curl_multi_socket_action` on that thread). `cancelRequested` is the one
 /// field other threads write. Hence `@unchecked Sendable`.
 final class Transfer: @unchecked Sendable {
     typealias Outcome = Result<HTTPClientResponse, HTTPClientError>

@@ -169,6 +169,46 @@ struct HTTPClientTests {
         }
     }
 
+    @Test func manyConcurrentCallsReuseConnectionsAndLeaveTheLoopIdle() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        let before = curlLoopThreads()
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        // The thread names itself once running. Parallel tests start clients too; ours is among
+        // the loop threads that appeared meanwhile.
+        var ours = Set<String>()
+        let named = ContinuousClock.now
+        while ours.isEmpty, milliseconds(since: named) < 2000 {
+            try await Task.sleep(for: .milliseconds(5))
+            ours = curlLoopThreads().subtracting(before)
+        }
+        #expect(!ours.isEmpty)
+        let base = "http://127.0.0.1:\(server.port)"
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<512 {
+                group.addTask {
+                    try await client.execute(HTTPClientRequest(
+                        method: "POST", url: base + "/slow?i=\(i)", body: [1], timeoutMillis: 20_000)).status
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses == [Int](repeating: 200, count: 512))
+        #expect(server.requests.count == 512)
+        #expect(server.acceptedConnections <= 64, "\(server.acceptedConnections) connections")
+
+        // With nothing to do the loop sleeps in epoll_wait: a spinning loop would burn most of a core.
+        let start = cpuMillis(of: ours)
+        try await Task.sleep(for: .seconds(1))
+        let spent = cpuMillis(of: ours) - start
+        #expect(spent < 150, "loop thread used \(spent) ms of CPU in 1 s idle")
+        // Idle keep-alive connections are still reused afterwards.
+        let accepted = server.acceptedConnections
+        #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
+        #expect(server.acceptedConnections == accepted)
+    }
+
     @Test func perHostConnectionLimitIsHonoured() async throws {
         try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 4)) { server, client, base in
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -333,4 +373,28 @@ struct HTTPClientTLSTests {
         #expect(log.allSatisfy { $0.proto == "HTTP/2.0" })
         #expect(Set(log.map(\.connection)).count == 1, "\(Set(log.map(\.connection)).count) connections")
     }
+}
+
+/// Thread ids of this process's HTTP client loop threads (named "pw-curl").
+private func curlLoopThreads() -> Set<String> {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return Set(tasks.filter { tid in
+        (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8)) == "pw-curl\n"
+    })
+}
+
+/// User plus system CPU time of the given threads (those still alive), from /proc/self/task/<tid>/stat.
+private func cpuMillis(of threads: Set<String>) -> Int {
+    let ticksPerSecond = max(1, sysconf(Int32(_SC_CLK_TCK)))
+    var ticks = 0
+    for tid in threads {
+        guard let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { continue }
+        // After "pid (comm)": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12 else { continue }
+        ticks += (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+    }
+    return ticks * 1000 / ticksPerSecond
 }
