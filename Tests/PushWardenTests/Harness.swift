@@ -9,20 +9,20 @@ import RedisClient
 import SessionAuth
 import Testing
 
-/// A running sidecar in front of a mock Voyado, on real loopback sockets, with a real store.
+/// A running sidecar in front of a mock Voyado, on real loopback sockets, with a real store:
+/// `SidecarHarness` with one Voyado upstream and its mock.
 final class Harness: Sendable {
     enum StoreKind: Sendable { case redis, memory, unreachableRedis }
 
-    let app: String
+    let base: SidecarHarness
     let mock: MockVoyado
-    let sidecar: Sidecar
-    let client: HTTPClient
-    let logs: LogSink
-    let sessionSecret: [UInt8]
     let voyadoKey: String
 
-    static let sessionRef = SecretRef.env("TEST_SESSION_SECRET")
-    static let voyadoRef = SecretRef.env("TEST_VOYADO_KEY")
+    var app: String { base.app }
+    var sidecar: Sidecar { base.sidecar }
+    var client: HTTPClient { base.client }
+    var logs: LogSink { base.logs }
+    var sessionSecret: [UInt8] { base.sessionSecret }
 
     /// - Parameters:
     ///   - clientYAML: replaces the app's `client:` block.
@@ -30,44 +30,10 @@ final class Harness: Sendable {
     init(store: StoreKind = .redis, clientYAML: String? = nil, retry: String = "{attempts: 3, backoff: 10ms, max_backoff: 50ms}",
          timeout: String = "2s", mock: MockVoyado? = nil, voyadoKey: String? = nil,
          sharedStore: (any DedupeStore)? = nil, sameAppAs other: Harness? = nil) async throws {
-        app = other?.app ?? "app-" + UUID().uuidString.prefix(8).lowercased()
         let key = voyadoKey ?? mock?.apiKey ?? "vk_" + UUID().uuidString
         self.voyadoKey = key
         let mock = try mock ?? MockVoyado(apiKey: key)
         self.mock = mock
-        sessionSecret = Array("test-session-secret-0123456789abcdef".utf8)
-        let yaml = """
-            version: 1
-            apps:
-              \(app):
-                session:
-                  type: jwt
-                  algorithms: [HS256]
-                  hmac_secret: {env: TEST_SESSION_SECRET}
-                  issuer: https://auth.test
-                  audience: test-app
-                  contact_claim: contact_id
-                  leeway: 5s
-                client:
-            \(clientYAML ?? "      platforms: [ios, android]\n      max_body: 4KiB\n      max_events: 5")
-                dedupe:
-                  refresh_after: 1h
-                upstreams:
-                  - name: voyado
-                    provider: voyado
-                    base_path: \(mock.basePath)
-                    api_key: {env: TEST_VOYADO_KEY}
-                    timeout: \(timeout)
-                    retry: \(retry)
-            """
-        let policy: Policy
-        switch PolicyLoader.load(text: yaml, path: "test.yaml") {
-        case .success(let p): policy = p
-        case .failure(let diagnostics):
-            Issue.record("policy: \(diagnostics.diagnostics.map(\.description))")
-            throw diagnostics
-        }
-        logs = LogSink.memory()
         let chosenStore: any DedupeStore
         switch store {
         case .redis:
@@ -77,31 +43,27 @@ final class Harness: Sendable {
         case .unreachableRedis:
             chosenStore = RedisStore(client: RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: Harness.closedPort())))
         }
-        let secrets = StaticSecrets([Harness.sessionRef: sessionSecret, Harness.voyadoRef: Array(key.utf8)])
-        sidecar = try Sidecar(policy: policy,
-                              configuration: ServeConfiguration(listen: HostPort(host: "127.0.0.1", port: 0),
-                                                                admin: HostPort(host: "127.0.0.1", port: 0), threads: 2),
-                              logger: Logger(label: "test", level: .debug, sink: logs), secrets: secrets, store: chosenStore)
-        client = try HTTPClient()
+        base = try await SidecarHarness(
+            upstreams: """
+                      - name: voyado
+                        provider: voyado
+                        base_path: \(mock.basePath)
+                        api_key: {env: TEST_VOYADO_KEY}
+                        timeout: \(timeout)
+                        retry: \(retry)
+                """,
+            secrets: [.env("TEST_VOYADO_KEY"): key],
+            clientYAML: clientYAML ?? "      platforms: [ios, android]\n      max_body: 4KiB\n      max_events: 5",
+            store: chosenStore, sameApp: other?.app)
     }
 
     func stop() async {
-        await sidecar.shutdown(gracePeriodSeconds: 1)
+        await base.stop()
         await mock.stop()  // idempotent: harnesses may share one mock
-        client.shutdown()
     }
 
     func token(contact: String = "alice", expiresIn: Int = 600, audience: String = "test-app") -> String {
-        let now = Int(Date().timeIntervalSince1970)
-        let claims = JSONObject([
-            JSONMember("sub", .string("user-" + contact)),
-            JSONMember("contact_id", .string(contact)),
-            JSONMember("iss", .string("https://auth.test")),
-            JSONMember("aud", .string(audience)),
-            JSONMember("iat", .number(String(now))),
-            JSONMember("exp", .number(String(now + expiresIn))),
-        ])
-        return JWTMinter.mintHS256(claims: claims, secret: sessionSecret)
+        base.token(contact: contact, expiresIn: expiresIn, audience: audience)
     }
 
     struct Reply: Sendable {
@@ -117,19 +79,10 @@ final class Harness: Sendable {
 
     func post(_ route: String, _ body: String, token: String? = nil, contact: String = "alice",
               headers extra: HTTPHeaders = [:], app: String? = nil, method: String = "POST") async throws -> Reply {
-        var headers: HTTPHeaders = ["Content-Type": "application/json"]
-        if let token { headers.add("Authorization", "Bearer \(token)") } else { headers.add("Authorization", "Bearer \(self.token(contact: contact))") }
-        for field in extra { headers.set(field.name, field.value) }
-        let response = try await client.execute(HTTPClientRequest(
-            method: method, url: "http://127.0.0.1:\(sidecar.port)/v1/apps/\(app ?? self.app)\(route)",
-            headers: headers, body: Array(body.utf8), timeoutMillis: 10_000))
-        return Reply(status: response.status, headers: response.headers, body: response.body)
+        try await base.post(route, body, token: token, contact: contact, headers: extra, app: app, method: method)
     }
 
-    func admin(_ path: String) async throws -> Reply {
-        let response = try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(sidecar.adminPort)\(path)"))
-        return Reply(status: response.status, headers: response.headers, body: response.body)
-    }
+    func admin(_ path: String) async throws -> Reply { try await base.admin(path) }
 
     static func apnsToken() -> String {
         (0..<32).map { _ in String(format: "%02X", UInt8.random(in: 0...255)) }.joined()

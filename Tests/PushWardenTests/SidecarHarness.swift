@@ -22,8 +22,10 @@ final class SidecarHarness: Sendable {
     ///     `      - name: x\n        provider: voyado\n...`.
     ///   - secrets: the values of the secrets that YAML references (`TEST_SESSION_SECRET` is added).
     ///   - platforms: the app's `client.platforms`.
+    ///   - clientYAML: replaces the app's whole `client:` block (then `platforms` is ignored).
+    ///   - store: the dedupe store (default: Redis, or memory with `memoryStore`).
     init(upstreams: String, secrets: [SecretRef: String] = [:], platforms: String = "[ios, android, web]",
-         memoryStore: Bool = false, sameApp: String? = nil) async throws {
+         clientYAML: String? = nil, memoryStore: Bool = false, store: (any DedupeStore)? = nil, sameApp: String? = nil) async throws {
         app = sameApp ?? "app-" + UUID().uuidString.prefix(8).lowercased()
         let yaml = """
             version: 1
@@ -33,9 +35,12 @@ final class SidecarHarness: Sendable {
                   type: jwt
                   algorithms: [HS256]
                   hmac_secret: {env: TEST_SESSION_SECRET}
+                  issuer: https://auth.test
+                  audience: test-app
                   contact_claim: contact_id
+                  leeway: 5s
                 client:
-                  platforms: \(platforms)
+            \(clientYAML ?? "      platforms: \(platforms)")
                 dedupe:
                   refresh_after: 1h
                 upstreams:
@@ -51,9 +56,9 @@ final class SidecarHarness: Sendable {
         logs = LogSink.memory()
         var values: [SecretRef: [UInt8]] = [.env("TEST_SESSION_SECRET"): sessionSecret]
         for (ref, value) in secrets { values[ref] = Array(value.utf8) }
-        let store: any DedupeStore = memoryStore
+        let store: any DedupeStore = try store ?? (memoryStore
             ? MemoryStore()
-            : RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url)))
+            : RedisStore(client: RedisClient(configuration: RedisConfiguration(url: RedisServer.shared.url))))
         sidecar = try Sidecar(policy: policy,
                               configuration: ServeConfiguration(listen: HostPort(host: "127.0.0.1", port: 0),
                                                                 admin: HostPort(host: "127.0.0.1", port: 0), threads: 2),
@@ -66,22 +71,26 @@ final class SidecarHarness: Sendable {
         client.shutdown()
     }
 
-    func token(contact: String = "alice") -> String {
+    func token(contact: String = "alice", expiresIn: Int = 600, audience: String = "test-app") -> String {
         let now = Int(Date().timeIntervalSince1970)
         return JWTMinter.mintHS256(claims: JSONObject([
             JSONMember("sub", .string("user-" + contact)),
             JSONMember("contact_id", .string(contact)),
+            JSONMember("iss", .string("https://auth.test")),
+            JSONMember("aud", .string(audience)),
             JSONMember("iat", .number(String(now))),
-            JSONMember("exp", .number(String(now + 600))),
+            JSONMember("exp", .number(String(now + expiresIn))),
         ]), secret: sessionSecret)
     }
 
-    /// POSTs `body` to `/v1/apps/{app}{route}` with a session for `contact` and any extra headers.
-    func post(_ route: String, _ body: String, contact: String = "alice", headers extra: HTTPHeaders = [:]) async throws -> Harness.Reply {
-        var headers: HTTPHeaders = ["Content-Type": "application/json", "Authorization": "Bearer \(token(contact: contact))"]
+    /// POSTs `body` to `/v1/apps/{app}{route}` with a session for `contact` (or `token`) and any
+    /// extra headers.
+    func post(_ route: String, _ body: String, token: String? = nil, contact: String = "alice", headers extra: HTTPHeaders = [:],
+              app: String? = nil, method: String = "POST") async throws -> Harness.Reply {
+        var headers: HTTPHeaders = ["Content-Type": "application/json", "Authorization": "Bearer \(token ?? self.token(contact: contact))"]
         for field in extra { headers.set(field.name, field.value) }
         let response = try await client.execute(HTTPClientRequest(
-            method: "POST", url: "http://127.0.0.1:\(sidecar.port)/v1/apps/\(app)\(route)",
+            method: method, url: "http://127.0.0.1:\(sidecar.port)/v1/apps/\(app ?? self.app)\(route)",
             headers: headers, body: Array(body.utf8), timeoutMillis: 10_000))
         return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
     }
