@@ -36,10 +36,11 @@ test: deps
 	swift build --build-tests
 	timeout 1500 swift test --skip-build --no-parallel
 
-## Benchmarks the release build against nginx (see BENCHMARKS.md).
+## Benchmarks the release build against nginx, every scenario twice in a row (see BENCHMARKS.md).
+RUNS ?= 2
 bench:
 	@scripts/install-deps.sh --bench
-	scripts/bench.sh
+	RUNS=$(RUNS) scripts/bench.sh
 
 clean:
 	rm -rf .build

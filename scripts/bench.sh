@@ -19,9 +19,10 @@ IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
+RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
-results="$work/results.txt"
+results="$work/results-1.txt"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -135,6 +136,9 @@ echo "warming the dedupe cache (${warm_seconds}s per app)..." >&2
 LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 
+for run_number in $(seq 1 "$RUNS"); do
+results="$work/results-$run_number.txt"
+echo "run $run_number of $RUNS" >&2
 fact hit_conns "$HIT_CONNECTIONS"
 fact fwd_conns "$FORWARD_CONNECTIONS"
 if want hit; then
@@ -185,8 +189,13 @@ PY
 fi
 fact error_lines "$(grep -c '"level":"error"' "$work/pushwarden.log" || true)"
 
+done
 mkdir -p bench-out
 {
-  echo "PushWarden benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) duration=$DURATION upstream_latency=${LATENCY_MS}ms pool=$POOL"
-  python3 scripts/bench/report.py "$results"
+  echo "PushWarden benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) duration=$DURATION upstream_latency=${LATENCY_MS}ms pool=$POOL runs=$RUNS"
+  for run_number in $(seq 1 "$RUNS"); do
+    echo
+    echo "run $run_number"
+    python3 scripts/bench/report.py "$work/results-$run_number.txt"
+  done
 } | tee bench-out/last.txt
