@@ -7,6 +7,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
 WORKDIR /src
 COPY Package.swift ./
 COPY Sources ./Sources
+# Test targets are declared in Package.swift, so their folders must exist for the manifest to load.
+COPY Tests ./Tests
 RUN swift build -c release --product pushwarden --static-swift-stdlib \
     && install -D "$(swift build -c release --show-bin-path)/pushwarden" /out/pushwarden
 
