@@ -147,6 +147,23 @@ import Testing
         await mock.stop()
     }
 
+    /// The same token registered for another environment is another registration at Fluxer:
+    /// the one made with the old values is removed.
+    @Test func environmentChangeRemovesTheRegistrationLeftBehind() async throws {
+        let mock = try MockFluxer()
+        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
+        let token = Harness.apnsToken().lowercased()
+        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"sandbox"}"#,
+                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"production"}"#,
+                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+        #expect(mock.received.map(\.path) == [MockFluxer.registerPath, MockFluxer.registerPath, MockFluxer.unregisterPath])
+        #expect(mock.unregisters[0].bodyText == #"{"platform":"ios_apns","token":"\#(token)","app_id":"stable","provider_environment":"development"}"#)
+        #expect(mock.registrations(session: Self.session).values.map(\.providerEnvironment) == ["production"])
+        await h.stop()
+        await mock.stop()
+    }
+
     @Test func rotationRegistersTheNewTokenAndRemovesTheOldOneWithItsFourValues() async throws {
         let mock = try MockFluxer()
         let h = try await SidecarHarness(upstreams: Self.upstream(mock))

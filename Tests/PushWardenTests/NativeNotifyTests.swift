@@ -215,6 +215,27 @@ import Testing
         await mock.stop()
     }
 
+    /// A new `installation_id` for the same token (a reinstall that kept the token) moves the
+    /// token to another device; the old device, left without a token, is deregistered.
+    @Test func installationIDChangeDeregistersTheDeviceLeftBehind() async throws {
+        let mock = try MockNativeNotify(appToken: Self.appToken)
+        let h = try await Self.harness(mock)
+        let token = Self.fcmToken()
+        let first = "first-" + UUID().uuidString, second = "second-" + UUID().uuidString
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(first)"}"#)
+            .outcome("nn") == "forwarded")
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(second)"}"#)
+            .outcome("nn") == "forwarded")
+        #expect(mock.registrations.last?.object?["deviceId"] == .string(second))
+        #expect(mock.deregistrations.count == 1)
+        #expect(mock.deregistrations.first?.object?["deviceId"] == .string(first))
+        // The token's identity is the new device: unregister removes that one.
+        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("nn") == "forwarded")
+        #expect(mock.deregistrations.last?.object?["deviceId"] == .string(second))
+        await h.stop()
+        await mock.stop()
+    }
+
     @Test func unregisterOfADeviceAlreadyGoneAtNativeNotifyIsSuccess() async throws {
         let mock = try MockNativeNotify(appToken: Self.appToken)
         let h = try await Self.harness(mock)

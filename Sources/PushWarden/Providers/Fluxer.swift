@@ -203,6 +203,15 @@ public struct FluxerAdapter: UpstreamAdapter {
                           environment: providerEnvironment(platform: platform, installation: installation), session: session)
     }
 
+    /// The same token registered under other values (another environment or `app_id`) is another
+    /// registration at Fluxer: remove the old one with the values it was made with.
+    public func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
+                                  context: CallContext) -> HTTPClientRequest? {
+        let keys = ["platform", "app_id", "provider_environment"]
+        guard keys.contains(where: { replaced[$0] != kept[$0] }) else { return nil }
+        return try? unregisterRequest(pushToken: pushToken, context: context, identity: replaced)
+    }
+
     private func unregister(token: String, platform: String, appID: String, environment: String?, session: String) -> HTTPClientRequest {
         var body: [JSONMember] = [
             JSONMember("platform", .string(platform)),

@@ -181,6 +181,14 @@ public struct NativeNotifyAdapter: UpstreamAdapter {
         return now == old ? nil : deregister(old)
     }
 
+    /// The client's `installation_id` moved this token to another device outside a rotation:
+    /// Native Notify reassigned the token, leaving the old device without one; deregister it.
+    public func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
+                                  context: CallContext) -> HTTPClientRequest? {
+        guard let old = replaced[Self.deviceIDKey], old != kept[Self.deviceIDKey] else { return nil }
+        return deregister(old)
+    }
+
     public func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict {
         let code = UpstreamJSON.errorCode(response.body)
         switch (response.status, code) {

@@ -249,6 +249,11 @@ public struct ClientAPIHandler: HTTPHandler {
         if adapter.keepsIdentity,
            let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
             await identities.set(kept, app: app, upstream: adapter.name, pushToken: installation.pushToken)
+            // The token moved (another device, platform or environment): remove what it leaves behind.
+            if let identity, identity != kept,
+               let cleanup = adapter.supersededRequest(pushToken: installation.pushToken, replaced: identity, by: kept, context: context) {
+                _ = try? await caller.call(cleanup, operation: .unregister)
+            }
         }
     }
 

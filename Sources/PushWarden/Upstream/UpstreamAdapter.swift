@@ -87,6 +87,11 @@ public protocol UpstreamAdapter: Sendable {
     /// whose register call already moved the registration (a refresh, `previous_token`) return nil.
     func retireRequest(previousToken: String, installation: Installation, context: CallContext,
                        identity: UpstreamIdentity?) -> HTTPClientRequest?
+    /// When a registration changed what the token is registered as (the identity kept for it is
+    /// not the one it had: another Native Notify device, another Fluxer platform or environment),
+    /// the call that removes the registration left behind, best effort; nil when none is left.
+    func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
+                           context: CallContext) -> HTTPClientRequest?
     func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest
     func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict
     /// The answer the provider gives to a request it accepts, for `dry_run`.
@@ -107,6 +112,9 @@ extension UpstreamAdapter {
                               identity: UpstreamIdentity?) -> HTTPClientRequest? {
         try? unregisterRequest(pushToken: previousToken, context: context, identity: identity)
     }
+
+    public func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
+                                  context: CallContext) -> HTTPClientRequest? { nil }
 
     public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest {
         preconditionFailure("\(provider) does not take events; acceptsEvents is false")
