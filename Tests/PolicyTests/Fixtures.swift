@@ -1,3 +1,4 @@
+import PWPolicy
 import Foundation
 
 /// Bad policy fixtures and the exact diagnostics each must produce. Line and column are 1-based
@@ -7,6 +8,14 @@ struct Fixture: CustomStringConvertible, Sendable {
     var yaml: String
     var expected: [String]
     var description: String { name }
+}
+
+/// The diagnostics a policy text produces, as `file:line:col: path: message` lines; empty when it loads.
+func loadDiagnostics(_ text: String) -> [String] {
+    switch PolicyLoader.load(text: text, path: "t.yaml") {
+    case .success: return []
+    case .failure(let failure): return failure.diagnostics.map(\.description)
+    }
 }
 
 /// A valid policy to start from; fixtures below are variations of it.

@@ -11,12 +11,7 @@ import Testing
         return minimalPolicy.replacingFirst("        provider: dry_run", with: "        provider: fluxer\n" + lines)
     }
 
-    static func diagnostics(_ yaml: String) -> [String] {
-        switch PolicyLoader.load(text: yaml, path: "t.yaml") {
-        case .success: return []
-        case .failure(let failure): return failure.diagnostics.map(\.description)
-        }
-    }
+    static func diagnostics(_ yaml: String) -> [String] { loadDiagnostics(yaml) }
 
     static func config(_ yaml: String) throws -> FluxerConfig {
         let policy = try PolicyLoader.load(text: yaml, path: "t.yaml").get()

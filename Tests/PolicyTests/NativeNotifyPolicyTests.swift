@@ -15,12 +15,7 @@ import Testing
                 app_token: {env: NN_APP_TOKEN}
         """
 
-    static func load(_ text: String) -> [String] {
-        switch PolicyLoader.load(text: text, path: "t.yaml") {
-        case .success: return []
-        case .failure(let failure): return failure.diagnostics.map(\.description)
-        }
-    }
+    static func load(_ text: String) -> [String] { loadDiagnostics(text) }
 
     @Test func defaults() throws {
         let upstream = try PolicyLoader.load(text: Self.policy(Self.required), path: "t.yaml").get().apps[0].upstreams[0]

@@ -30,12 +30,7 @@ import Testing
         PolicyLoader.load(text: policy(keys), path: "t.yaml")
     }
 
-    static func diagnostics(_ keys: String) -> [String] {
-        switch load(keys) {
-        case .success: return []
-        case .failure(let failure): return failure.diagnostics.map(\.description)
-        }
-    }
+    static func diagnostics(_ keys: String) -> [String] { loadDiagnostics(policy(keys)) }
 
     @Test func defaultsToThePublicHostWithoutGroups() throws {
         let policy = try Self.load("""

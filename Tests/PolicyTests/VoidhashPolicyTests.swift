@@ -24,12 +24,7 @@ import Testing
         """ + lines.map { "        " + $0 + "\n" }.joined()
     }
 
-    static func diagnostics(_ lines: [String]) -> [String] {
-        switch PolicyLoader.load(text: policy(lines), path: "t.yaml") {
-        case .success: return []
-        case .failure(let failure): return failure.diagnostics.map(\.description)
-        }
-    }
+    static func diagnostics(_ lines: [String]) -> [String] { loadDiagnostics(policy(lines)) }
 
     @Test func minimalBlockTakesTheDocumentedDefaults() throws {
         let loaded = try PolicyLoader.load(text: Self.policy([
