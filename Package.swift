@@ -21,6 +21,8 @@ let package = Package(
 
         // MARK: Pure Swift, no C
         .target(name: "PWCore"),
+        /// One thread, one epoll set: the loops that the server and the loop-local Redis connections share.
+        .target(name: "Loops", dependencies: ["CShims"]),
         .target(name: "PWPolicy", dependencies: ["PWCore", "YAMLKit"]),
         /// The client API's request shapes and every validation CONTRACT.md section 1 names.
         .target(name: "ClientAPI", dependencies: ["PWCore", "PWPolicy"]),
@@ -28,14 +30,14 @@ let package = Package(
         // MARK: One thin wrapper per C library
         .target(name: "YAMLKit", dependencies: ["CYAML"]),
         .target(name: "PWCrypto", dependencies: ["COpenSSL"]),
-        .target(name: "HTTPServer", dependencies: ["PWCore", "CMicroHTTPD", "CShims"]),
+        .target(name: "HTTPServer", dependencies: ["PWCore", "Loops", "CMicroHTTPD", "CShims"]),
         .target(name: "HTTPClient", dependencies: ["PWCore", "CCurl", "CShims"]),
-        .target(name: "RedisClient", dependencies: ["CHiredis", "CShims"]),
+        .target(name: "RedisClient", dependencies: ["Loops", "CHiredis", "CShims"]),
 
         // MARK: Domain built on the wrappers
         .target(name: "SessionAuth", dependencies: ["PWCore", "PWPolicy", "PWCrypto"]),
         .target(name: "PushWarden", dependencies: [
-            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "HTTPServer", "HTTPClient", "RedisClient",
+            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPServer", "HTTPClient", "RedisClient",
         ]),
         .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "CShims"]),
 
@@ -44,14 +46,14 @@ let package = Package(
         /// A mock upstream process for the benchmark and manual trials (Voyado's API, configurable latency).
         .executableTarget(name: "mock-upstream", dependencies: ["PushWardenTestSupport"], path: "Sources/MockUpstream"),
         /// Mints the benchmark's session token pools (HS256, ES256 with a JWKS).
-        .executableTarget(name: "bench-tool", dependencies: ["PWCore", "PWCrypto", "SessionAuth"], path: "Sources/BenchTool"),
+        .executableTarget(name: "bench-tool", dependencies: ["PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth"], path: "Sources/BenchTool"),
         .testTarget(name: "CoreTests", dependencies: ["PWCore"]),
         .testTarget(name: "ClientAPITests", dependencies: ["ClientAPI", "PWPolicy", "PWCore"]),
         .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),
         .testTarget(name: "SessionAuthTests", dependencies: ["SessionAuth", "PWCrypto", "PWPolicy", "PWCore"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "PushWardenTestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "PushWardenTestSupport"]),
-        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "PushWardenTestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
             "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
             "RedisClient",

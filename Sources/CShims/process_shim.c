@@ -11,3 +11,9 @@ int pw_limit_malloc_arenas(int arenas) {
 void pw_set_thread_name(const char *name) {
     (void)pthread_setname_np(pthread_self(), name);
 }
+
+#include <sys/eventfd.h>
+
+int pw_eventfd(void) {
+    return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}

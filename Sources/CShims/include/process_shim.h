@@ -6,4 +6,6 @@ int pw_limit_malloc_arenas(int arenas);
 /// Names the calling thread (at most 15 bytes are kept), so `top -H` and profilers can tell the
 /// sidecar's threads apart.
 void pw_set_thread_name(const char *name);
+/// A non-blocking, close-on-exec eventfd (an event loop's wake-up descriptor), or -1 with errno.
+int pw_eventfd(void);
 #endif
