@@ -5,70 +5,6 @@
 #include <sys/socket.h>
 #include "mhd_shim.h"
 
-struct MHD_Daemon *pw_mhd_start(unsigned int flags,
-                                const char *host,
-                                uint16_t port,
-                                MHD_AccessHandlerCallback access_cb,
-                                void *access_cls,
-                                MHD_RequestCompletedCallback completed_cb,
-                                void *completed_cls,
-                                pw_mhd_uri_log_callback uri_log_cb,
-                                void *uri_log_cls,
-                                unsigned int thread_pool_size,
-                                unsigned int connection_limit,
-                                unsigned int per_ip_connection_limit,
-                                unsigned int connection_timeout_seconds,
-                                size_t connection_memory_limit,
-                                int *error_out,
-                                int *errno_out)
-{
-    struct sockaddr_storage storage;
-    memset(&storage, 0, sizeof(storage));
-    struct sockaddr_in *v4 = (struct sockaddr_in *) &storage;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) &storage;
-
-    *error_out = PW_MHD_OK;
-    *errno_out = 0;
-    if (1 == inet_pton(AF_INET, host, &v4->sin_addr)) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(port);
-    } else if (1 == inet_pton(AF_INET6, host, &v6->sin6_addr)) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(port);
-        flags |= MHD_USE_IPv6;
-    } else {
-        *error_out = PW_MHD_BAD_HOST;
-        return NULL;
-    }
-
-    errno = 0;
-    struct MHD_Daemon *daemon = MHD_start_daemon(
-        flags, port, NULL, NULL, access_cb, access_cls,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &storage,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, completed_cls,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, uri_log_cls,
-        MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_connection_limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
-        /* Strict parsing: an HTTP/1.1 request without Host, or with malformed header lines,
-           gets 400 instead of reaching the application. */
-        MHD_OPTION_STRICT_FOR_CLIENT, (int) 1,
-        MHD_OPTION_END);
-    if (NULL == daemon) {
-        *error_out = PW_MHD_START_FAILED;
-        *errno_out = errno;
-    }
-    return daemon;
-}
-
-uint16_t pw_mhd_bound_port(struct MHD_Daemon *daemon)
-{
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
-    return (NULL == info) ? 0 : info->port;
-}
-
 int pw_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t buffer_size)
 {
     const union MHD_ConnectionInfo *info =
@@ -89,4 +25,118 @@ int pw_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_
         buffer_size = (size_t) INT32_MAX;
     }
     return (NULL == inet_ntop(addr->sa_family, raw, buffer, (socklen_t) buffer_size)) ? -1 : 0;
+}
+
+#include <fcntl.h>
+#include <unistd.h>
+
+int pw_listen_socket(const char *host, uint16_t port, int backlog, int guard, int *is_ipv6, int *error_out, int *errno_out)
+{
+    struct sockaddr_storage storage;
+    memset(&storage, 0, sizeof(storage));
+    struct sockaddr_in *v4 = (struct sockaddr_in *) &storage;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) &storage;
+    socklen_t length;
+
+    *error_out = PW_MHD_OK;
+    *errno_out = 0;
+    *is_ipv6 = 0;
+    if (1 == inet_pton(AF_INET, host, &v4->sin_addr)) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        length = sizeof(*v4);
+    } else if (1 == inet_pton(AF_INET6, host, &v6->sin6_addr)) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        length = sizeof(*v6);
+        *is_ipv6 = 1;
+    } else {
+        *error_out = PW_MHD_BAD_HOST;
+        return -1;
+    }
+    int fd = socket(storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *error_out = PW_MHD_START_FAILED;
+        *errno_out = errno;
+        return -1;
+    }
+    int on = 1;
+    (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (*is_ipv6) {
+        /* "::" means IPv6 only, as MHD itself does; IPv4 clients use an IPv4 listener. */
+        (void) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+    }
+    if ((!guard && 0 != setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)))
+        || 0 != bind(fd, (struct sockaddr *) &storage, length)
+        || (!guard && 0 != listen(fd, backlog))) {
+        *error_out = PW_MHD_START_FAILED;
+        *errno_out = errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+uint16_t pw_socket_port(int fd)
+{
+    struct sockaddr_storage storage;
+    socklen_t length = sizeof(storage);
+    if (0 != getsockname(fd, (struct sockaddr *) &storage, &length)) {
+        return 0;
+    }
+    if (AF_INET == storage.ss_family) {
+        return ntohs(((struct sockaddr_in *) &storage)->sin_port);
+    }
+    if (AF_INET6 == storage.ss_family) {
+        return ntohs(((struct sockaddr_in6 *) &storage)->sin6_port);
+    }
+    return 0;
+}
+
+struct MHD_Daemon *pw_mhd_start_external(unsigned int flags,
+                                         int listen_fd,
+                                         MHD_AccessHandlerCallback access_cb,
+                                         void *access_cls,
+                                         MHD_RequestCompletedCallback completed_cb,
+                                         void *completed_cls,
+                                         pw_mhd_uri_log_callback uri_log_cb,
+                                         void *uri_log_cls,
+                                         unsigned int connection_limit,
+                                         unsigned int per_ip_connection_limit,
+                                         unsigned int connection_timeout_seconds,
+                                         size_t connection_memory_limit,
+                                         int *errno_out)
+{
+    *errno_out = 0;
+    errno = 0;
+    struct MHD_Daemon *daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, access_cb, access_cls,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket) listen_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, completed_cls,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, uri_log_cls,
+        MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_connection_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
+        MHD_OPTION_STRICT_FOR_CLIENT, (int) 1,
+        MHD_OPTION_END);
+    if (NULL == daemon) {
+        *errno_out = errno;
+    }
+    return daemon;
+}
+
+int pw_mhd_epoll_fd(struct MHD_Daemon *daemon)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    return (NULL == info) ? -1 : info->epoll_fd;
+}
+
+int64_t pw_mhd_timeout_millis(struct MHD_Daemon *daemon)
+{
+    MHD_UNSIGNED_LONG_LONG timeout = 0;
+    if (MHD_YES != MHD_get_timeout(daemon, &timeout)) {
+        return -1;
+    }
+    return (timeout > (MHD_UNSIGNED_LONG_LONG) INT64_MAX) ? INT64_MAX : (int64_t) timeout;
 }

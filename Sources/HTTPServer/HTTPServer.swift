@@ -1,194 +1,260 @@
 import CMicroHTTPD
 import CShims
 import Glibc
+import Loops
 import PWCore
 import Synchronization
 
-/// An HTTP/1.1 server on libmicrohttpd: a pool of epoll threads parses requests and writes
-/// responses; a request whose body is complete is suspended (holding no thread) while
-/// `HTTPHandler.handle` runs on Swift concurrency, then resumed to send the answer.
+/// An HTTP/1.1 server on libmicrohttpd with one event loop per configured thread.
+///
+/// Each loop owns a libmicrohttpd daemon without threads of its own, on its own listening socket
+/// (`SO_REUSEPORT`: the kernel spreads connections over the loops). A request lives on the loop
+/// that accepted it: the handler starts on that thread and may answer at once, or later from any
+/// thread while the connection is suspended (holding no thread). Whatever else the handler puts
+/// on the same loop (a Redis connection, say) shares its epoll set, so a request can be read,
+/// looked up and answered without ever leaving its thread.
 /// Connections are kept alive unless a response says `Connection: close`.
 ///
-/// Ownership: the server owns its MHD daemon and stops it exactly once, in `shutdown` or,
-/// failing that, in `deinit`. Thread-safe.
+/// Ownership: the server owns its loops, daemons and listening sockets and stops them exactly
+/// once, in `shutdown` or, failing that, in `deinit`. Thread-safe.
 public final class HTTPServer: Sendable {
     private enum Lifecycle {
-        case running(daemon: OpaquePointer)
+        case running
         case draining
         case stopped
     }
 
     private let core: ServerCore
-    private let lifecycle: Mutex<Lifecycle>
+    private let loops: [ServerLoop]
+    private let lifecycle = Mutex(Lifecycle.running)
     /// The bound port (the kernel's choice when configured with 0).
     public let port: Int
 
     /// Binds and starts serving.
     /// - Throws: `HTTPServerError` for an invalid configuration, a host that is not an IP
-    ///   literal, or when MHD cannot start (port in use, thread creation failed).
+    ///   literal, or when a loop cannot start (port in use, thread creation failed).
     public init(configuration: HTTPServerConfiguration, handler: some HTTPHandler) throws(HTTPServerError) {
         try configuration.validate()
         let core = ServerCore(handler: handler)
-        // The daemon's own reference to the core, released after MHD_stop_daemon.
-        let context = Unmanaged.passRetained(core).toOpaque()
-        let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
-            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_TURBO.rawValue
-        var error: Int32 = 0
-        var startErrno: Int32 = 0
-        let daemon = pw_mhd_start(
-            flags, configuration.host, UInt16(configuration.port),
-            accessHandler, context,
-            requestCompleted, context,
-            requestStarted, context,
-            configuration.threads == 1 ? 0 : UInt32(configuration.threads),
-            UInt32(configuration.connectionLimit),
-            UInt32(configuration.perIPConnectionLimit),
-            UInt32(configuration.connectionTimeoutSeconds),
-            configuration.connectionMemoryLimit,
-            &error, &startErrno)
-        guard let daemon else {
-            Unmanaged<ServerCore>.fromOpaque(context).release()
-            if error == Int32(PW_MHD_BAD_HOST.rawValue) {
-                throw HTTPServerError(message: "host \"\(configuration.host)\" is not an IPv4 or IPv6 literal")
+        var loops: [ServerLoop] = []
+        let guardSocket = try ServerLoop.listenSocket(configuration.host, port: configuration.port, guard: true)
+        defer { close(guardSocket) }
+        let port = Int(pw_socket_port(guardSocket))
+        do throws(HTTPServerError) {
+            for index in 0..<configuration.threads {
+                let loop = try ServerLoop(index: index, port: port, configuration: configuration, core: core)
+                loops.append(loop)
             }
-            let reason = startErrno == 0 ? "unknown error" : String(cString: strerror(startErrno))
-            throw HTTPServerError(message: "cannot listen on \(configuration.host) port \(configuration.port): \(reason)")
+        } catch {
+            for loop in loops { loop.stop() }
+            throw error
         }
         self.core = core
-        self.port = Int(pw_mhd_bound_port(daemon))
-        self.lifecycle = Mutex(.running(daemon: daemon))
+        self.loops = loops
+        self.port = port
     }
 
     deinit {
-        let daemon = lifecycle.withLock { state -> OpaquePointer? in
-            guard case .running(let daemon) = state else { return nil }
+        let stop = lifecycle.withLock { state -> Bool in
+            guard state != .stopped else { return false }
             state = .stopped
-            return daemon
+            return true
         }
-        if let daemon { stop(daemon, listenSocket: nil) }
+        if stop { stopLoops() }
     }
 
-    /// Stops accepting (MHD_quiesce_daemon; new connection attempts are refused), lets
-    /// in-flight requests finish for up to `gracePeriodSeconds`, then stops the daemon.
-    /// Responses sent meanwhile carry `Connection: close`. Requests still running at the
-    /// deadline are cut off; their handlers' results are dropped. Idempotent: a second call
-    /// returns once the first has finished.
+    /// Stops accepting (new connection attempts are refused), lets in-flight requests finish for
+    /// up to `gracePeriodSeconds`, then stops every loop. Responses sent meanwhile carry
+    /// `Connection: close`. Requests still running at the deadline are cut off with a 503; their
+    /// handlers' results are dropped. Idempotent: a second call returns once the first has finished.
     public func shutdown(gracePeriodSeconds: Double) async {
-        let daemon = lifecycle.withLock { state -> OpaquePointer? in
-            guard case .running(let daemon) = state else { return nil }
+        let first = lifecycle.withLock { state -> Bool in
+            guard state == .running else { return false }
             state = .draining
-            return daemon
+            return true
         }
-        guard let daemon else {
-            while lifecycle.withLock({ if case .stopped = $0 { false } else { true } }) {
+        guard first else {
+            while lifecycle.withLock({ $0 != .stopped }) {
                 try? await Task.sleep(for: .milliseconds(5))
             }
             return
         }
         core.startDraining()
-        let listenSocket = MHD_quiesce_daemon(daemon)
-        if listenSocket >= 0 {
-            // Quiescing only stops accept(); shutting the socket down makes the kernel refuse
-            // new connections at once instead of queueing them in the backlog. It stays open
-            // (so its number cannot be reused under MHD) until the daemon is stopped.
-            _ = Glibc.shutdown(listenSocket, Int32(SHUT_RDWR))
-        }
+        for loop in loops { loop.quiesce() }
         let clock = ContinuousClock()
         let deadline = clock.now + .milliseconds(Int64(max(0, gracePeriodSeconds) * 1000))
         while core.activeRequests.load(ordering: .acquiring) > 0 && clock.now < deadline {
             try? await Task.sleep(for: .milliseconds(5))
         }
-        stop(daemon, listenSocket: listenSocket >= 0 ? listenSocket : nil)
+        stopLoops()
         lifecycle.withLock { $0 = .stopped }
     }
 
     /// Requests between their request line and MHD's completion notice. For tests.
     var activeRequestCount: Int { core.activeRequests.load(ordering: .acquiring) }
 
-    private func stop(_ daemon: OpaquePointer, listenSocket: Int32?) {
+    private func stopLoops() {
         // MHD_stop_daemon panics on a suspended connection, so wake every one first.
         core.resumeAllForStop()
-        MHD_stop_daemon(daemon)
-        if let listenSocket { _ = close(listenSocket) }
-        // No callback can run any more: drop the daemon's reference.
-        Unmanaged.passUnretained(core).release()
+        for loop in loops { loop.stop() }
     }
 }
 
-/// What every MHD callback of one daemon shares: the handler, the count of live requests and
-/// the registry of suspended ones (needed to resume them before MHD_stop_daemon).
-final class ServerCore: Sendable {
-    private struct Registry {
-        var suspended: [ObjectIdentifier: RequestContext] = [:]
-        var stopping = false
+/// What every callback of one daemon needs: the server's shared core and the loop the daemon
+/// runs on. `needsRun` is loop-confined (hence `@unchecked`): set when a connection was resumed,
+/// so that the loop runs the daemon at the end of its turn.
+final class DaemonContext: @unchecked Sendable {
+    let core: ServerCore
+    let loop: EventLoop
+    var needsRun = false
+
+    init(core: ServerCore, loop: EventLoop) {
+        self.core = core
+        self.loop = loop
     }
+}
 
-    let handler: any HTTPHandler
-    let activeRequests = Atomic<Int>(0)
-    private let draining = Atomic<Bool>(false)
-    private let registry = Mutex(Registry())
+/// One event loop and the libmicrohttpd daemon it drives.
+///
+/// Ownership: owns the loop, the daemon and the listening socket. The daemon holds one reference
+/// to its `DaemonContext`, released once MHD_stop_daemon has returned.
+/// Thread-safety: the daemon is only ever touched on the loop's thread (`MHD_run`, quiesce,
+/// stop), except for `MHD_resume_connection`, which libmicrohttpd allows from any thread.
+final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Sendable {
+    let core: ServerCore
+    let loop: EventLoop
+    let port: Int
+    private let daemon: OpaquePointer
+    private let listenSocket: Int32
+    private let daemonEpoll: Int32
+    private let context: DaemonContext
+    private let stopped = Atomic<Bool>(false)
+    // Loop-confined.
+    private var daemonStopped = false
+    private var deadline: UInt64?
 
-    init(handler: any HTTPHandler) { self.handler = handler }
+    init(index: Int, port: Int, configuration: HTTPServerConfiguration, core: ServerCore) throws(HTTPServerError) {
+        let socket = try Self.listenSocket(configuration.host, port: port, guard: false)
+        let isIPv6 = configuration.host.contains(":")
+        let loop: EventLoop
+        do {
+            loop = try EventLoop(name: "pw-http-\(index)")
+        } catch {
+            close(socket)
+            throw HTTPServerError(message: "cannot start an event loop: \(error.detail)")
+        }
+        self.core = core
+        self.loop = loop
+        self.listenSocket = socket
+        self.port = Int(pw_socket_port(socket))
 
-    var isDraining: Bool { draining.load(ordering: .relaxed) }
-
-    func startDraining() { draining.store(true, ordering: .relaxed) }
-
-    /// False once the daemon is being stopped: the caller must answer without suspending.
-    func registerSuspended(_ context: RequestContext) -> Bool {
-        registry.withLock { r in
-            guard !r.stopping else { return false }
-            r.suspended[ObjectIdentifier(context)] = context
-            return true
+        // Limits are per daemon: a loop takes its share of the connection limit. The per-IP
+        // limit applies per loop as well (a client spread over several loops may exceed it).
+        let loops = configuration.threads
+        let perLoopLimit = (configuration.connectionLimit + loops - 1) / loops
+        var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_TURBO.rawValue
+        if isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        var startErrno: Int32 = 0
+        let context = DaemonContext(core: core, loop: loop)
+        // The daemon's own reference to its context, released after MHD_stop_daemon.
+        let contextPointer = Unmanaged.passRetained(context).toOpaque()
+        let daemon = pw_mhd_start_external(
+            flags, socket,
+            accessHandler, contextPointer, requestCompleted, contextPointer, requestStarted, contextPointer,
+            UInt32(perLoopLimit), UInt32(configuration.perIPConnectionLimit),
+            UInt32(configuration.connectionTimeoutSeconds), configuration.connectionMemoryLimit,
+            &startErrno)
+        guard let daemon else {
+            Unmanaged<DaemonContext>.fromOpaque(contextPointer).release()
+            close(socket)
+            let reason = startErrno == 0 ? "unknown error" : String(cString: strerror(startErrno))
+            throw HTTPServerError(message: "cannot start serving on \(configuration.host) port \(port): \(reason)")
+        }
+        self.context = context
+        self.daemon = daemon
+        self.daemonEpoll = pw_mhd_epoll_fd(daemon)
+        do {
+            try loop.start()
+        } catch {
+            MHD_stop_daemon(daemon)
+            Unmanaged.passUnretained(context).release()
+            close(socket)
+            throw HTTPServerError(message: "cannot start an event loop: \(error.detail)")
+        }
+        loop.execute { [self] in
+            loop.watch(daemonEpoll, read: true, write: false, handler: self)
+            loop.add(self)
+            run()
         }
     }
 
-    func unregisterSuspended(_ context: RequestContext) {
-        _ = registry.withLock { $0.suspended.removeValue(forKey: ObjectIdentifier(context)) }
+    /// A listening socket of its own (SO_REUSEPORT), or the guard that proves the port free
+    /// (see `pw_listen_socket`).
+    static func listenSocket(_ host: String, port: Int, guard isGuard: Bool) throws(HTTPServerError) -> Int32 {
+        var isIPv6: Int32 = 0, error: Int32 = 0, socketErrno: Int32 = 0
+        let socket = pw_listen_socket(host, UInt16(port), 1024, isGuard ? 1 : 0, &isIPv6, &error, &socketErrno)
+        guard socket >= 0 else {
+            if error == Int32(PW_MHD_BAD_HOST.rawValue) {
+                throw HTTPServerError(message: "host \"\(host)\" is not an IPv4 or IPv6 literal")
+            }
+            throw HTTPServerError(message: "cannot listen on \(host) port \(port): \(String(cString: strerror(socketErrno)))")
+        }
+        return socket
     }
 
-    /// Refuses further suspensions and resumes every suspended connection with a 503.
-    func resumeAllForStop() {
-        let contexts = registry.withLock { r in
-            r.stopping = true
-            return Array(r.suspended.values)
-        }
-        for context in contexts {
-            context.resume(with: RequestContext.unavailable)
+    // MARK: Loop callbacks
+
+    func descriptorReady(readable: Bool, writable: Bool) { run() }
+
+    func turnEnded(now: UInt64) {
+        if context.needsRun || (deadline.map { now >= $0 } ?? false) { run() }
+    }
+
+    var nextDeadline: UInt64? { deadline }
+
+    private func run() {
+        guard !daemonStopped else { return }
+        context.needsRun = false
+        _ = MHD_run(daemon)
+        let millis = pw_mhd_timeout_millis(daemon)
+        deadline = millis < 0 ? nil : EventLoop.now() + UInt64(millis) * 1_000_000
+    }
+
+    // MARK: Lifecycle (any thread)
+
+    /// Stops accepting: the daemon forgets its socket and the kernel refuses new connections.
+    func quiesce() {
+        loop.execute { [self] in
+            guard !daemonStopped else { return }
+            _ = MHD_quiesce_daemon(daemon)
+            // Quiescing only stops accept(); shutting the socket down makes the kernel refuse new
+            // connections at once instead of queueing them in the backlog. It stays open (so its
+            // number cannot be reused under MHD) until the daemon is stopped.
+            _ = Glibc.shutdown(listenSocket, Int32(SHUT_RDWR))
         }
     }
-}
 
-// MARK: - MHD callbacks (global, capture nothing; `cls` is the daemon's ServerCore reference)
-
-/// MHD_OPTION_URI_LOG_CALLBACK: the first sight of a request. Its result becomes `*req_cls`.
-private func requestStarted(cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?, connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
-    guard let cls, let connection else { return nil }
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
-    core.activeRequests.add(1, ordering: .relaxed)
-    let context = RequestContext(core: core, connection: connection, rawTarget: uri.map { String(cString: $0) } ?? "")
-    return Unmanaged.passRetained(context).toOpaque()
-}
-
-/// MHD_AccessHandlerCallback.
-private func accessHandler(
-    cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
-    url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?,
-    uploadData: UnsafePointer<CChar>?, uploadDataSize: UnsafeMutablePointer<Int>?,
-    requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> MHD_Result {
-    guard let method, let uploadDataSize, let pointer = requestContext?.pointee else { return .NO }
-    let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue()
-    return context.access(method: method, uploadData: uploadData, uploadSize: uploadDataSize)
-}
-
-/// MHD_RequestCompletedCallback: releases the reference taken in `requestStarted`.
-private func requestCompleted(
-    cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
-    requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, reason: MHD_RequestTerminationCode
-) {
-    guard let requestContext, let pointer = requestContext.pointee else { return }
-    requestContext.pointee = nil
-    let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
-    context.core.activeRequests.subtract(1, ordering: .releasing)
+    /// Stops the daemon on the loop's thread, then the loop; closes the socket. Idempotent.
+    func stop() {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        loop.execute { [self] in
+            guard !daemonStopped else { return }
+            daemonStopped = true
+            loop.unwatch(daemonEpoll)
+            // Quiesced first, so that MHD leaves the socket to us whatever state it is in.
+            _ = MHD_quiesce_daemon(daemon)
+            MHD_stop_daemon(daemon)
+            // No callback can run any more: drop the daemon's reference.
+            Unmanaged.passUnretained(context).release()
+        }
+        loop.stop()
+        if !daemonStopped {
+            // The loop had already ended: nothing runs the daemon any more.
+            daemonStopped = true
+            _ = MHD_quiesce_daemon(daemon)
+            MHD_stop_daemon(daemon)
+            Unmanaged.passUnretained(context).release()
+        }
+        _ = close(listenSocket)
+    }
 }

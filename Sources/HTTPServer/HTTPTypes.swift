@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 
 /// What the server knows about a request once its head (request line and header block) is in.
@@ -54,15 +55,40 @@ public enum HeadDecision: Sendable {
     case respond(HTTPResponse)
 }
 
-/// The application side of `HTTPServer`. Implementations must be thread-safe: `decide` and
-/// `payloadTooLarge` are called concurrently from the server's threads.
+/// The application side of `HTTPServer`. Implementations must be thread-safe: every method is
+/// called concurrently from the server's loops.
 public protocol HTTPHandler: Sendable {
-    /// Called on a server thread once the request head is complete, before any body byte is read. Must not block.
+    /// Called on the connection's loop once the request head is complete, before any body byte
+    /// is read. Must not block.
     func decide(_ head: HTTPRequestHead) -> HeadDecision
     /// The 413 response for a body over the limit (sent with Connection: close).
     func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse
-    /// Handles a complete request. Runs on Swift concurrency; the connection is suspended meanwhile (holds no thread).
+    /// Starts handling a complete request on the loop that read it. Answer through `responder`
+    /// exactly once, from any thread: before returning when the answer is at hand (the cheapest
+    /// case: the connection is never suspended), or later. Must not block the loop.
+    /// The default runs `handle` on Swift concurrency.
+    func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder)
+    /// Handles a complete request on Swift concurrency; the connection is suspended meanwhile
+    /// (holds no thread).
     func handle(_ request: HTTPRequest) async -> HTTPResponse
+}
+
+extension HTTPHandler {
+    public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
+        Task { responder.respond(await handle(request)) }
+    }
+}
+
+/// Where a handler sends its one answer to a request. Thread-safe; the first answer wins and
+/// later ones are dropped (as is any answer to a request the server already cut off).
+public final class HTTPResponder: Sendable {
+    private let context: RequestContext
+
+    init(_ context: RequestContext) { self.context = context }
+
+    public func respond(_ response: HTTPResponse) {
+        context.respond(response)
+    }
 }
 
 public struct HTTPServerError: Error, Sendable, CustomStringConvertible {

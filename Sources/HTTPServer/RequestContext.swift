@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import CShims
+import Loops
 import PWCore
 import Synchronization
 
@@ -7,13 +8,13 @@ import Synchronization
 ///
 /// Ownership: created in the URI-log callback and handed to MHD as `*req_cls` with one retain,
 /// which the request-completed callback releases (exactly once; MHD calls it once per request
-/// whose URI was logged). The handler's `Task` holds its own strong reference, so a late
-/// handler never touches a freed object.
+/// whose URI was logged). The handler's `HTTPResponder` holds its own strong reference, so a
+/// late answer never touches a freed object.
 ///
-/// Thread-safety: MHD calls back for one connection from that connection's pool thread only,
-/// but the handler's `Task` finishes elsewhere, so all state sits behind one `Mutex`.
-/// Lock order: a context's lock may be held while taking `ServerCore`'s registry lock, never
-/// the other way round.
+/// Thread-safety: MHD calls back for one connection from its loop's thread only, but the
+/// handler may answer from anywhere, so all state sits behind one `Mutex`, never held while the
+/// handler runs. Lock order: a context's lock may be held while taking `ServerCore`'s registry
+/// lock, never the other way round.
 final class RequestContext: Sendable {
     enum Phase {
         /// Head not yet seen by the handler.
@@ -23,8 +24,9 @@ final class RequestContext: Sendable {
         /// queue a response: drop up to `discardAllowance` more bytes, then answer 413; a
         /// longer body gets the connection closed without an answer.
         case discardingBody(remaining: Int)
-        /// Suspended while the handler runs.
-        case handling
+        /// The handler has the request; `suspended` once the access call that started it has
+        /// returned without an answer.
+        case handling(suspended: Bool)
         /// The response to queue on the next call (after a resume, or once a body-less
         /// request is complete).
         case ready(HTTPResponse)
@@ -43,17 +45,49 @@ final class RequestContext: Sendable {
         var resumeClaimed = false
     }
 
-    let core: ServerCore
+    let daemon: DaemonContext
+    var core: ServerCore { daemon.core }
+    var loop: EventLoop { daemon.loop }
     private let state: Mutex<State>
 
-    init(core: ServerCore, connection: OpaquePointer, rawTarget: String) {
-        self.core = core
+    init(daemon: DaemonContext, connection: OpaquePointer, rawTarget: String) {
+        self.daemon = daemon
         self.state = Mutex(State(connection: MHDConnection(connection), rawTarget: rawTarget))
+    }
+
+    private enum Step {
+        case answer(MHD_Result)
+        case start(HTTPRequest)
     }
 
     /// One access-handler call. `uploadSize` is MHD's `*upload_data_size`: set to 0 to consume.
     func access(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
-        state.withLock { s in
+        switch step(method: method, uploadData: uploadData, uploadSize: uploadSize) {
+        case .answer(let result):
+            return result
+        case .start(let request):
+            // Outside the lock: the handler may answer right here, on this thread.
+            core.handler.start(request, on: loop, responder: HTTPResponder(self))
+            return state.withLock { s in
+                if case .ready(let response) = s.phase {
+                    // Answered synchronously: no suspension at all.
+                    s.phase = .done
+                    return queue(response, on: s.connection.pointer, forceClose: core.isDraining)
+                }
+                guard core.registerSuspended(self) else {
+                    // The server is stopping; the handler's late answer will be dropped.
+                    s.phase = .done
+                    return queue(Self.unavailable, on: s.connection.pointer, forceClose: true)
+                }
+                MHD_suspend_connection(s.connection.pointer)
+                s.phase = .handling(suspended: true)
+                return .YES
+            }
+        }
+    }
+
+    private func step(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> Step {
+        state.withLock { s -> Step in
             switch s.phase {
             case .head:
                 s.head = Self.makeHead(connection: s.connection.pointer, method: method, rawTarget: s.rawTarget)
@@ -64,20 +98,20 @@ final class RequestContext: Sendable {
                         // "early" and closes the connection; a body-less request completes on
                         // the next call, so answering there keeps the connection alive.
                         s.phase = .ready(response)
-                        return .YES
+                        return .answer(.YES)
                     }
                     s.phase = .done
-                    return queue(response, on: s.connection.pointer, forceClose: true)
+                    return .answer(queue(response, on: s.connection.pointer, forceClose: true))
                 case .readBody(let limit):
                     if let declared = s.head.headers["Content-Length"], let length = Int(declared) {
                         guard length <= limit else {
                             s.phase = .done
-                            return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+                            return .answer(queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true))
                         }
                         s.body.reserveCapacity(length)
                     }
                     s.phase = .readingBody(limit: max(0, limit))
-                    return .YES
+                    return .answer(.YES)
                 }
 
             case .readingBody(let limit):
@@ -93,63 +127,67 @@ final class RequestContext: Sendable {
                         } else {
                             s.phase = .discardingBody(remaining: Self.discardAllowance)
                         }
-                        return .YES
+                        return .answer(.YES)
                     }
                     if let uploadData {
                         s.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: size))
                     }
-                    return .YES
+                    return .answer(.YES)
                 }
-                guard core.registerSuspended(self) else {
-                    s.phase = .done
-                    return queue(Self.unavailable, on: s.connection.pointer, forceClose: true)
-                }
-                MHD_suspend_connection(s.connection.pointer)
-                s.phase = .handling
+                s.phase = .handling(suspended: false)
                 let request = HTTPRequest(head: s.head, body: s.body)
                 s.body = []
-                Task { [self] in
-                    let response = await core.handler.handle(request)
-                    resume(with: response)
-                }
-                return .YES
+                return .start(request)
 
             case .discardingBody(let remaining):
                 let size = uploadSize.pointee
                 guard size == 0 else {
-                    guard size <= remaining else { return .NO }
+                    guard size <= remaining else { return .answer(.NO) }
                     uploadSize.pointee = 0
                     s.phase = .discardingBody(remaining: remaining - size)
-                    return .YES
+                    return .answer(.YES)
                 }
                 s.phase = .done
-                return queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true)
+                return .answer(queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true))
 
             case .ready(let response):
                 s.phase = .done
-                return queue(response, on: s.connection.pointer, forceClose: core.isDraining)
+                return .answer(queue(response, on: s.connection.pointer, forceClose: core.isDraining))
 
             case .handling, .done:
                 // Not expected from MHD; swallow stray body bytes rather than loop.
                 uploadSize.pointee = 0
-                return .YES
+                return .answer(.YES)
             }
         }
     }
 
-    /// Hands `response` to the connection and wakes it, unless a forced stop already did.
-    /// Called from any thread.
-    func resume(with response: HTTPResponse) {
-        let resumed = state.withLock { s in
-            guard !s.resumeClaimed else { return false }
-            s.resumeClaimed = true
+    /// Hands `response` to the connection: kept for the access call still running on the loop,
+    /// or, once suspended, with the connection woken. The first answer wins (the handler's or a
+    /// forced stop's); later ones are dropped. Called from any thread.
+    func respond(_ response: HTTPResponse) {
+        let connection = state.withLock { s -> MHDConnection? in
+            guard case .handling(let suspended) = s.phase else { return nil }
             s.phase = .ready(response)
-            // Under the lock, so that a concurrent forced stop sees either "not claimed"
-            // or "already resumed", never a half-done resume.
-            MHD_resume_connection(s.connection.pointer)
-            return true
+            guard suspended, !s.resumeClaimed else { return nil }
+            s.resumeClaimed = true
+            return s.connection
         }
-        if resumed { core.unregisterSuspended(self) }
+        guard let connection else { return }
+        core.unregisterSuspended(self)
+        // The resume itself happens on the loop, which then runs the daemon: libmicrohttpd
+        // processes a resumed connection only in its next MHD_run. Jobs run in order, so a
+        // resume posted before the daemon's stop is done before it.
+        if loop.isCurrent {
+            MHD_resume_connection(connection.pointer)
+            daemon.needsRun = true
+        } else {
+            let daemon = self.daemon
+            loop.execute {
+                MHD_resume_connection(connection.pointer)
+                daemon.needsRun = true
+            }
+        }
     }
 
     /// How much of an over-limit chunked body is read and dropped so that the client still

@@ -5,12 +5,12 @@
 #include <microhttpd.h>
 // Owned by the HTTPServer wrapper. Typed forwarders for libmicrohttpd's variadic functions.
 
-/// Why pw_mhd_start failed.
+/// Why pw_listen_socket failed.
 enum pw_mhd_start_error {
     PW_MHD_OK = 0,
     /// `host` is neither an IPv4 nor an IPv6 literal.
     PW_MHD_BAD_HOST = 1,
-    /// MHD_start_daemon returned NULL (port in use, limits, ...); `*errno_out` holds errno.
+    /// socket, bind or listen failed (port in use, limits, ...); `*errno_out` holds errno.
     PW_MHD_START_FAILED = 2,
 };
 
@@ -18,32 +18,47 @@ enum pw_mhd_start_error {
 /// its return value becomes the request's `*req_cls` in the access handler.
 typedef void *(*pw_mhd_uri_log_callback)(void *cls, const char *uri, struct MHD_Connection *connection);
 
-/// Starts a daemon bound to `host` (an IPv4 or IPv6 literal) and `port` (0 = any free port).
-/// Adds MHD_USE_IPv6 to `flags` when `host` is an IPv6 literal. The sockaddr only has to live
-/// during the call (MHD binds inside MHD_start_daemon), so it stays on this function's stack.
-/// Returns the daemon, which the caller owns and must pass to MHD_stop_daemon exactly once.
-struct MHD_Daemon *pw_mhd_start(unsigned int flags,
-                                const char *host,
-                                uint16_t port,
-                                MHD_AccessHandlerCallback access_cb,
-                                void *access_cls,
-                                MHD_RequestCompletedCallback completed_cb,
-                                void *completed_cls,
-                                pw_mhd_uri_log_callback uri_log_cb,
-                                void *uri_log_cls,
-                                unsigned int thread_pool_size,
-                                unsigned int connection_limit,
-                                unsigned int per_ip_connection_limit,
-                                unsigned int connection_timeout_seconds,
-                                size_t connection_memory_limit,
-                                int *error_out,
-                                int *errno_out);
-
-/// The port the daemon is bound to (MHD_DAEMON_INFO_BIND_PORT), or 0 when unknown.
-uint16_t pw_mhd_bound_port(struct MHD_Daemon *daemon);
-
 /// Writes the client's IP address (no port) as a NUL-terminated string into `buffer`.
 /// Returns 0 on success, -1 when the address is unknown or does not fit.
 int pw_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t buffer_size);
 
+/// A listening TCP socket on `host` (an IPv4 or IPv6 literal) and `port` (0 = any free port),
+/// non-blocking and close-on-exec, with SO_REUSEADDR and SO_REUSEPORT so that one socket per
+/// event loop can share the port and the kernel spreads connections over them. IPv6 sockets are
+/// IPv6-only. Returns the descriptor (the caller owns it) or -1 with `*error_out` and
+/// `*errno_out`; `*is_ipv6` tells the family.
+///
+/// With `guard` set, the socket is only bound, with SO_REUSEADDR but without SO_REUSEPORT and
+/// without listening: the bind fails when anyone listens on the port (SO_REUSEPORT alone would
+/// let a second server silently share it), and while it is held, this process's own
+/// SO_REUSEPORT listeners may still bind the port (a bound, non-listening SO_REUSEADDR socket
+/// does not conflict with them). Close it once they are bound.
+int pw_listen_socket(const char *host, uint16_t port, int backlog, int guard, int *is_ipv6, int *error_out, int *errno_out);
+
+/// The local port of a bound socket, or 0.
+uint16_t pw_socket_port(int fd);
+
+/// Starts a daemon without threads of its own on an existing listening socket: the caller runs
+/// it with MHD_run from one event loop thread when `pw_mhd_epoll_fd` is ready or the timeout
+/// passes. `flags` must include MHD_USE_EPOLL (and MHD_USE_IPv6 for an IPv6 socket). Returns the
+/// daemon, which the caller owns (MHD_stop_daemon exactly once), or NULL with `*errno_out`.
+struct MHD_Daemon *pw_mhd_start_external(unsigned int flags,
+                                         int listen_fd,
+                                         MHD_AccessHandlerCallback access_cb,
+                                         void *access_cls,
+                                         MHD_RequestCompletedCallback completed_cb,
+                                         void *completed_cls,
+                                         pw_mhd_uri_log_callback uri_log_cb,
+                                         void *uri_log_cls,
+                                         unsigned int connection_limit,
+                                         unsigned int per_ip_connection_limit,
+                                         unsigned int connection_timeout_seconds,
+                                         size_t connection_memory_limit,
+                                         int *errno_out);
+
+/// The daemon's epoll descriptor (MHD_DAEMON_INFO_EPOLL_FD), or -1.
+int pw_mhd_epoll_fd(struct MHD_Daemon *daemon);
+
+/// Milliseconds until MHD_run is due even without activity (MHD_get_timeout), or -1 for never.
+int64_t pw_mhd_timeout_millis(struct MHD_Daemon *daemon);
 #endif
