@@ -272,6 +272,52 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         #expect(recovered.reply == .bulk(Array("v".utf8)), "\(recovered.result)")
     }
 
+    @Test func connectTimeoutFailsAndBacksOff() async throws {
+        // A listener that never accepts, its accept queue filled: the kernel drops further SYNs,
+        // so a connect to it hangs until the client gives up.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        try #require(listening && listen(listener, 0) == 0)
+        var fillers: [Int32] = []
+        defer { fillers.forEach { close($0) } }
+        for _ in 0..<4 {
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            try #require(filler >= 0)
+            fillers.append(filler)
+            _ = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)))
+        configuration.connectTimeoutMillis = 200
+        configuration.reconnectBackoffMillis = 3000
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let started = ContinuousClock.now
+        let timedOut = try #require(await roundTrip(["PING"], with: client, on: loop, within: .seconds(3)))
+        let waited = ContinuousClock.now - started
+        #expect(timedOut.errorKind == .unavailable, "\(timedOut.result)")
+        #expect(timedOut.errorDetail.contains("no connection within 200 ms"), "\(timedOut.result)")
+        #expect(waited >= .milliseconds(150) && waited < .milliseconds(1500), "gave up after \(waited)")
+        let refused = try #require(await roundTrip(["PING"], with: client, on: loop))
+        #expect(refused.errorKind == .unavailable)
+        #expect(refused.synchronous, "refused at once during the backoff")
+    }
+
     @Test func closedClientRefusesWithClosed() async throws {
         let loop = try startedLoop()
         defer { loop.stop() }
