@@ -37,17 +37,7 @@ final class HiredisContext {
         }
         _ = redisEnableKeepAlive(raw)
 
-        var setup: [(name: String, argv: [[UInt8]])] = []
-        if let password = configuration.password {
-            var argv: [[UInt8]] = [Array("AUTH".utf8)]
-            if let username = configuration.username { argv.append(Array(username.utf8)) }
-            argv.append(Array(password.utf8))
-            setup.append(("AUTH", argv))
-        }
-        if configuration.database != 0 {
-            setup.append(("SELECT", [Array("SELECT".utf8), Array(String(configuration.database).utf8)]))
-        }
-        for step in setup {
+        for step in Hiredis.setupSteps(configuration) {
             guard connection.append(step.argv) else {
                 return .failure(RedisError(kind: .unavailable, detail: "\(step.name) on \(target): \(connection.errorText)"))
             }
@@ -63,29 +53,9 @@ final class HiredisContext {
         return .success(connection)
     }
 
-    /// Formats one command into hiredis's output buffer (`redisAppendCommandArgv`, binary-safe:
-    /// every argument is passed with its length). Nothing is written to the socket yet.
+    /// Formats one command into hiredis's output buffer; nothing is written to the socket yet.
     func append(_ arguments: [[UInt8]]) -> Bool {
-        var flat: [UInt8] = []
-        flat.reserveCapacity(arguments.reduce(1) { $0 + $1.count })
-        var lengths: [Int] = []
-        lengths.reserveCapacity(arguments.count)
-        for argument in arguments {
-            flat.append(contentsOf: argument)
-            lengths.append(argument.count)
-        }
-        flat.append(0)  // never empty, so the base address is never nil
-        return flat.withUnsafeBufferPointer { buffer in
-            let base = UnsafeRawPointer(buffer.baseAddress!)
-            var pointers: [UnsafePointer<CChar>?] = []
-            pointers.reserveCapacity(arguments.count)
-            var offset = 0
-            for length in lengths {
-                pointers.append(base.advanced(by: offset).assumingMemoryBound(to: CChar.self))
-                offset += length
-            }
-            return redisAppendCommandArgv(context, Int32(arguments.count), &pointers, lengths) == REDIS_OK
-        }
+        Hiredis.append(arguments, to: context)
     }
 
     /// Writes the whole output buffer (`redisBufferWrite` until done) in as few syscalls as the
@@ -108,61 +78,14 @@ final class HiredisContext {
         guard status == REDIS_OK, let raw else {
             return .failure(currentError(errno: savedErrno))
         }
-        defer { freeReplyObject(raw) }
-        do {
-            return .success(try Self.convert(raw.assumingMemoryBound(to: redisReply.self)))
-        } catch {
-            return .failure(error)
-        }
+        return Hiredis.takeReply(raw)
     }
 
-    private static func convert(_ reply: UnsafePointer<redisReply>) throws(RedisError) -> RedisReply {
-        let value = reply.pointee
-        func bytes() -> [UInt8] {
-            guard let str = value.str, value.len > 0 else { return [] }
-            return Array(UnsafeRawBufferPointer(start: str, count: value.len))
-        }
-        switch value.type {
-        case REDIS_REPLY_STRING: return .bulk(bytes())
-        case REDIS_REPLY_STATUS: return .status(String(decoding: bytes(), as: UTF8.self))
-        case REDIS_REPLY_ERROR: return .error(String(decoding: bytes(), as: UTF8.self))
-        case REDIS_REPLY_INTEGER: return .integer(Int64(value.integer))
-        case REDIS_REPLY_NIL: return .null
-        case REDIS_REPLY_ARRAY:
-            var elements: [RedisReply] = []
-            elements.reserveCapacity(value.elements)
-            for index in 0..<value.elements {
-                guard let element = value.element[index] else {
-                    throw RedisError(kind: .protocolError, detail: "array reply with a missing element")
-                }
-                elements.append(try convert(element))
-            }
-            return .array(elements)
-        default:
-            throw RedisError(kind: .protocolError, detail: "unknown reply type \(value.type)")
-        }
-    }
-
-    /// hiredis reports a socket timeout (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket) as an I/O
-    /// error with errno EAGAIN; that is the only way to tell a timeout from a broken connection.
     private func currentError(errno savedErrno: Int32) -> RedisError {
-        let text = errorText
-        switch context.pointee.err {
-        case REDIS_ERR_IO where savedErrno == EAGAIN || savedErrno == EWOULDBLOCK || savedErrno == ETIMEDOUT:
-            return RedisError(kind: .timeout, detail: "no reply within the command timeout (\(text))")
-        case REDIS_ERR_PROTOCOL:
-            return RedisError(kind: .protocolError, detail: text)
-        default:
-            return RedisError(kind: .unavailable, detail: text.isEmpty ? "connection failed" : text)
-        }
+        Hiredis.error(of: context, errno: savedErrno)
     }
 
-    private var errorText: String {
-        withUnsafeBytes(of: context.pointee.errstr) { buffer in
-            let length = buffer.firstIndex(of: 0) ?? buffer.count
-            return String(decoding: buffer.prefix(length), as: UTF8.self)
-        }
-    }
+    private var errorText: String { Hiredis.errorText(of: context) }
 }
 
 extension timeval {

@@ -18,9 +18,12 @@ import Synchronization
 public final class RedisClient: Sendable {
     private let connections: [PipelinedConnection]
     private let nextConnection = Atomic<UInt>(0)
+    /// Shared with the loop-local connections (``send(bytes:on:completion:)``).
+    let loopState: LoopClientState
 
     /// Starts the I/O threads; does not block and does not connect.
     public init(configuration: RedisConfiguration) {
+        loopState = LoopClientState(configuration: configuration)
         let count = max(1, configuration.connections)
         connections = (0..<count).map { _ in PipelinedConnection(configuration: configuration) }
         for connection in connections { connection.start() }
@@ -65,8 +68,11 @@ public final class RedisClient: Sendable {
     }
 
     /// Fails queued commands with `.closed`, waits for batches in flight, joins the I/O threads
-    /// and frees the hiredis contexts. Idempotent; later `send`s throw `.closed`.
+    /// and frees the hiredis contexts. Idempotent; later `send`s throw `.closed`. Loop-local
+    /// connections stay until their loops stop (commands in flight there complete normally); later
+    /// loop `send`s complete with `.closed`.
     public func close() {
+        loopState.close()
         for connection in connections { connection.close() }
     }
 }

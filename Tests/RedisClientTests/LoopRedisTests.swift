@@ -1,0 +1,380 @@
+import Foundation
+import Loops
+import PushWardenTestSupport
+import RedisClient
+import Synchronization
+import Testing
+
+/// Keys unique to one test run, so tests can share `RedisServer.shared` while running in parallel.
+private func loopKey(_ name: String) -> String { "test:loop:\(UUID().uuidString):\(name)" }
+
+private func startedLoop(_ name: String = "test-loop") throws -> EventLoop {
+    let loop = try EventLoop(name: name)
+    try loop.start()
+    return loop
+}
+
+/// One completion as the test sees it.
+private struct Outcome: Sendable {
+    var index = 0
+    let result: Result<RedisReply, RedisError>
+    /// Whether the completion ran on the loop's thread.
+    let onLoop: Bool
+    /// Whether the completion ran before `send` returned.
+    let synchronous: Bool
+
+    var reply: RedisReply? { try? result.get() }
+    var errorKind: RedisError.Kind? {
+        guard case .failure(let error) = result else { return nil }
+        return error.kind
+    }
+    var errorDetail: String {
+        guard case .failure(let error) = result else { return "" }
+        return error.detail
+    }
+}
+
+/// Results handed from a loop thread to the test, which polls for them with a deadline.
+private final class Inbox<T: Sendable>: Sendable {
+    private let items = Mutex<[T]>([])
+
+    func append(_ item: T) { items.withLock { $0.append(item) } }
+
+    var snapshot: [T] { items.withLock { $0 } }
+
+    /// Waits until `count` items arrived or `limit` passed; returns what arrived.
+    func wait(for count: Int, within limit: Duration = .seconds(5)) async -> [T] {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            let items = snapshot
+            if items.count >= count { return items }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return snapshot
+    }
+}
+
+/// Sends `arguments` from `loop`'s thread, as the server's request handlers will, with index `index`.
+private func send(_ arguments: [String], with client: RedisClient, on loop: EventLoop, index: Int = 0, into inbox: Inbox<Outcome>) {
+    var returned = false
+    client.send(arguments, on: loop) { result in
+        inbox.append(Outcome(index: index, result: result, onLoop: loop.isCurrent, synchronous: !returned))
+    }
+    returned = true
+}
+
+/// Posts one command to `loop` and waits (bounded) for its completion.
+private func roundTrip(_ arguments: [String], with client: RedisClient, on loop: EventLoop,
+                       within limit: Duration = .seconds(5)) async -> Outcome? {
+    let inbox = Inbox<Outcome>()
+    loop.execute { send(arguments, with: client, on: loop, into: inbox) }
+    return await inbox.wait(for: 1, within: limit).first
+}
+
+/// The redis-server's pid, from `INFO server`, to stop and continue it.
+private func processID(of server: RedisServer) async throws -> pid_t {
+    let client = RedisClient(configuration: server.configuration())
+    defer { client.close() }
+    let info = try #require(try await client.send(["INFO", "server"]).string)
+    let line = try #require(info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("process_id:") })
+    return try #require(pid_t(line.dropFirst("process_id:".count)))
+}
+
+@Suite struct LoopRedisTests {
+    @Test func repliesArriveOnTheLoopThread() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let k = loopKey("hello")
+
+        let set = try #require(await roundTrip(["SET", k, "world"], with: client, on: loop))
+        #expect(set.reply == .status("OK"), "\(set.result)")
+        #expect(set.onLoop)
+        #expect(!set.synchronous, "a reply is never delivered inside send")
+
+        let get = try #require(await roundTrip(["GET", k], with: client, on: loop))
+        #expect(get.reply == .bulk(Array("world".utf8)))
+        #expect(get.onLoop)
+        #expect(try await client.send(["GET", k]) == .bulk(Array("world".utf8)), "the pipelined client sees the write")
+        _ = try await client.send(["DEL", k])
+    }
+
+    @Test func aThousandSetsAndGetsInOneTurnCompleteInOrder() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let prefix = loopKey("many")
+        let count = 1000
+        let inbox = Inbox<Outcome>()
+        loop.execute {
+            for index in 0..<count {
+                send(["SET", "\(prefix):\(index)", "value-\(index)"], with: client, on: loop, index: index, into: inbox)
+            }
+            for index in 0..<count {
+                send(["GET", "\(prefix):\(index)"], with: client, on: loop, index: count + index, into: inbox)
+            }
+        }
+        let outcomes = await inbox.wait(for: 2 * count, within: .seconds(10))
+        try #require(outcomes.count == 2 * count)
+        #expect(outcomes.map(\.index) == Array(0..<(2 * count)), "completions in the order the commands were sent")
+        #expect(outcomes.allSatisfy { $0.onLoop })
+        #expect(!outcomes.contains { $0.synchronous })
+        #expect(outcomes.prefix(count).allSatisfy { $0.reply == .status("OK") })
+        let wrong = outcomes.suffix(count).filter { $0.reply?.string != "value-\($0.index - count)" }
+        #expect(wrong.isEmpty, "\(wrong.count) GETs answered another value, first: \(String(describing: wrong.first?.result))")
+        let keys = (0..<count).map { "\(prefix):\($0)" }
+        #expect(try await client.send(["DEL"] + keys) == .integer(Int64(count)))
+    }
+
+    @Test func completionsMaySendAgain() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let k = loopKey("chain")
+        let inbox = Inbox<Outcome>()
+        @Sendable func step(_ index: Int) {
+            client.send(["INCR", k], on: loop) { result in
+                inbox.append(Outcome(index: index, result: result, onLoop: loop.isCurrent, synchronous: false))
+                if index < 9 { step(index + 1) }
+            }
+        }
+        loop.execute { step(0) }
+        let outcomes = await inbox.wait(for: 10)
+        #expect(outcomes.map(\.reply) == (1...10).map { .integer(Int64($0)) })
+        _ = try await client.send(["DEL", k])
+    }
+
+    @Test func oneConnectionPerClientPerLoop() async throws {
+        let first = try startedLoop("test-loop-1")
+        let second = try startedLoop("test-loop-2")
+        defer { first.stop(); second.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        let other = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close(); other.close() }
+        func id(_ client: RedisClient, _ loop: EventLoop) async throws -> RedisReply {
+            try #require(await roundTrip(["CLIENT", "ID"], with: client, on: loop)?.reply)
+        }
+        let onFirst = try await id(client, first)
+        #expect(try await id(client, first) == onFirst, "the loop reuses its connection")
+        #expect(try await id(client, second) != onFirst, "another loop has its own")
+        #expect(try await id(other, first) != onFirst, "another client has its own")
+    }
+
+    @Test func authAndSelectGoFirstOnEveryConnection() async throws {
+        let password = "loop pa\r\nss"
+        let server = try RedisServer.start(password: password)
+        defer { server.stop() }
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: server.configuration(database: 3))
+        defer { client.close() }
+
+        let set = try #require(await roundTrip(["SET", "k", "in-three"], with: client, on: loop))
+        #expect(set.reply == .status("OK"), "\(set.result)")
+        let checker = RedisClient(configuration: server.configuration(database: 3))
+        let zero = RedisClient(configuration: server.configuration())
+        defer { checker.close(); zero.close() }
+        #expect(try await checker.send(["GET", "k"]) == .bulk(Array("in-three".utf8)))
+        #expect(try await zero.send(["GET", "k"]) == .null, "SELECT 3 ran before SET")
+
+        var wrongConfiguration = RedisConfiguration(host: "127.0.0.1", port: server.port, password: "not-the-password")
+        wrongConfiguration.reconnectBackoffMillis = 3000
+        let wrong = RedisClient(configuration: wrongConfiguration)
+        defer { wrong.close() }
+        let refused = try #require(await roundTrip(["GET", "k"], with: wrong, on: loop))
+        #expect(refused.errorKind == .unavailable, "\(refused.result)")
+        #expect(refused.errorDetail.contains("AUTH"))
+        #expect(!refused.errorDetail.contains("not-the-password"))
+        let backingOff = try #require(await roundTrip(["GET", "k"], with: wrong, on: loop))
+        #expect(backingOff.errorKind == .unavailable)
+        #expect(backingOff.synchronous, "refused at once during the backoff")
+    }
+
+    @Test func unreachableRedisFailsFast() async throws {
+        let probe = try RedisServer.start()
+        let port = probe.port
+        probe.stop()
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: port))
+        defer { client.close() }
+        let inbox = Inbox<Outcome>()
+        let started = ContinuousClock.now
+        loop.execute {
+            for index in 0..<100 { send(["GET", "k"], with: client, on: loop, index: index, into: inbox) }
+        }
+        let outcomes = await inbox.wait(for: 100, within: .seconds(3))
+        #expect(ContinuousClock.now - started < .seconds(2))
+        #expect(outcomes.count == 100)
+        #expect(outcomes.allSatisfy { $0.errorKind == .unavailable && $0.onLoop })
+    }
+
+    @Test func killedRedisFailsCommandsInFlightAndLaterOnesQuickly() async throws {
+        let server = try RedisServer.start()
+        defer { server.stop() }
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = server.configuration()
+        configuration.commandTimeoutMillis = 10_000  // so the failure below is the EOF, not a timeout
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        #expect(await roundTrip(["PING"], with: client, on: loop)?.reply == .status("PONG"))
+
+        let inbox = Inbox<Outcome>()
+        loop.execute { send(["BLPOP", "never", "8"], with: client, on: loop, into: inbox) }
+        try await Task.sleep(for: .milliseconds(200))
+        let killed = ContinuousClock.now
+        server.stop()
+        let inFlight = try #require(await inbox.wait(for: 1, within: .seconds(3)).first)
+        #expect(inFlight.errorKind == .unavailable, "\(inFlight.result)")
+        #expect(ContinuousClock.now - killed < .seconds(2))
+
+        let later = ContinuousClock.now
+        let next = try #require(await roundTrip(["PING"], with: client, on: loop, within: .seconds(3)))
+        #expect(next.errorKind == .unavailable, "\(next.result)")
+        #expect(ContinuousClock.now - later < .seconds(1))
+    }
+
+    @Test func stoppedRedisTimesOutBacksOffAndRecovers() async throws {
+        let server = try RedisServer.start()
+        defer { server.stop() }
+        let pid = try await processID(of: server)
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = server.configuration()
+        configuration.commandTimeoutMillis = 200
+        // Long enough that "during the backoff" still holds on a loaded machine.
+        configuration.reconnectBackoffMillis = 2000
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        #expect(await roundTrip(["SET", "k", "v"], with: client, on: loop)?.reply == .status("OK"))
+
+        try #require(kill(pid, SIGSTOP) == 0)
+        var continued = false
+        defer { if !continued { kill(pid, SIGCONT) } }
+        let started = ContinuousClock.now
+        let timedOut = try #require(await roundTrip(["GET", "k"], with: client, on: loop, within: .seconds(3)))
+        let waited = ContinuousClock.now - started
+        #expect(timedOut.errorKind == .timeout, "\(timedOut.result)")
+        #expect(waited >= .milliseconds(150) && waited < .milliseconds(1500), "timed out after \(waited)")
+
+        let refused = try #require(await roundTrip(["GET", "k"], with: client, on: loop))
+        #expect(refused.errorKind == .unavailable, "\(refused.result)")
+        #expect(refused.synchronous, "refused at once during the backoff")
+
+        kill(pid, SIGCONT)
+        continued = true
+        try await Task.sleep(for: .milliseconds(2200))
+        let recovered = try #require(await roundTrip(["GET", "k"], with: client, on: loop))
+        #expect(recovered.reply == .bulk(Array("v".utf8)), "\(recovered.result)")
+    }
+
+    @Test func connectTimeoutFailsAndBacksOff() async throws {
+        // A listener that never accepts, its accept queue filled: the kernel drops further SYNs,
+        // so a connect to it hangs until the client gives up.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        try #require(listening && listen(listener, 0) == 0)
+        var fillers: [Int32] = []
+        defer { fillers.forEach { close($0) } }
+        for _ in 0..<4 {
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            try #require(filler >= 0)
+            fillers.append(filler)
+            _ = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)))
+        configuration.connectTimeoutMillis = 200
+        configuration.reconnectBackoffMillis = 3000
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let started = ContinuousClock.now
+        let timedOut = try #require(await roundTrip(["PING"], with: client, on: loop, within: .seconds(3)))
+        let waited = ContinuousClock.now - started
+        #expect(timedOut.errorKind == .unavailable, "\(timedOut.result)")
+        #expect(timedOut.errorDetail.contains("no connection within 200 ms"), "\(timedOut.result)")
+        #expect(waited >= .milliseconds(150) && waited < .milliseconds(1500), "gave up after \(waited)")
+        let refused = try #require(await roundTrip(["PING"], with: client, on: loop))
+        #expect(refused.errorKind == .unavailable)
+        #expect(refused.synchronous, "refused at once during the backoff")
+    }
+
+    @Test func closedClientRefusesWithClosed() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        #expect(await roundTrip(["PING"], with: client, on: loop)?.reply == .status("PONG"))
+        client.close()
+        let refused = try #require(await roundTrip(["PING"], with: client, on: loop))
+        #expect(refused.errorKind == .closed)
+        #expect(refused.synchronous)
+        #expect(refused.onLoop)
+    }
+
+    @Test func stoppingTheLoopFailsPendingCommandsWithClosed() async throws {
+        let loop = try startedLoop()
+        var configuration = RedisServer.shared.configuration()
+        configuration.commandTimeoutMillis = 10_000
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let inbox = Inbox<Outcome>()
+        loop.execute {
+            client.send(["BLPOP", loopKey("never"), "8"], on: loop) { result in
+                inbox.append(Outcome(index: 0, result: result, onLoop: loop.isCurrent, synchronous: false))
+                // Sending again from a stopping loop's completion is refused, not a crash.
+                send(["PING"], with: client, on: loop, index: 1, into: inbox)
+            }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(inbox.snapshot.isEmpty, "BLPOP is still waiting")
+        let stopping = ContinuousClock.now
+        loop.stop()
+        #expect(ContinuousClock.now - stopping < .seconds(2))
+        let outcomes = inbox.snapshot
+        try #require(outcomes.count == 2, "stop returns after the completions ran")
+        #expect(outcomes[0].errorKind == .closed, "\(outcomes[0].result)")
+        #expect(outcomes[0].onLoop)
+        #expect(outcomes[1].errorKind == .closed, "\(outcomes[1].result)")
+        #expect(outcomes[1].synchronous)
+    }
+}
+
+@Suite struct EventLoopTests {
+    @Test func executeRunsOnTheLoopThreadAndStopJoins() async throws {
+        let loop = try startedLoop()
+        #expect(!loop.isCurrent)
+        let ran = Inbox<Bool>()
+        loop.execute { ran.append(loop.isCurrent) }
+        #expect(await ran.wait(for: 1) == [true])
+
+        loop.execute {
+            usleep(100_000)
+            ran.append(loop.isCurrent)
+        }
+        loop.stop()
+        #expect(ran.snapshot == [true, true], "stop ran the posted job and joined the thread")
+        loop.execute { ran.append(false) }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(ran.snapshot.count == 2, "jobs after stop are dropped")
+        loop.stop()
+    }
+}
