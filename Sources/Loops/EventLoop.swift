@@ -200,9 +200,14 @@ public final class EventLoop: @unchecked Sendable {
             for participant in participants { participant.turnEnded(now: now) }
             if stopping { running = false }
         }
+        // Swapped out before they are released: a deinit that calls back into the loop then
+        // finds empty tables instead of one being torn down.
+        var released = (participants, handlers, attachments)
         participants = []
         handlers = [:]
         attachments = [:]
+        released = ([], [:], [:])
+        _ = released
     }
 
     private func timeoutMillis() -> Int32 {
