@@ -1,6 +1,7 @@
 import ClientAPI
 import HTTPClient
 import HTTPServer
+import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
@@ -54,41 +55,145 @@ public struct ClientAPIHandler: HTTPHandler {
         return Responses.error(error, requestID: RequestID.from(head.headers))
     }
 
-    // MARK: 2. The request
+    // MARK: 2. The request, on the loop that read it
 
+    /// Runs on the request's loop: authentication, validation and, for a registration, the dedupe
+    /// lookups. A registration every upstream already has is answered right here, without a task
+    /// or a thread hop: the hot path of a registration storm. Everything else continues in
+    /// `complete`, on Swift concurrency.
+    public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
+        let requestID = RequestID.from(request.head.headers)
+        let accepted: Accepted
+        switch accept(request, requestID: requestID) {
+        case .failure(let refusal):
+            responder.respond(answer(.failure(refusal.error), app: refusal.app, route: refusal.route, requestID: requestID))
+            return
+        case .success(let value):
+            accepted = value
+        }
+        guard case .register(let installation) = accepted.body else {
+            Task { responder.respond(await complete(accepted)) }
+            return
+        }
+        let plan: RegisterPlan
+        do throws(ContractError) {
+            plan = try registerPlan(installation, accepted)
+        } catch {
+            responder.respond(answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
+            return
+        }
+        plan.lookUp(in: deduper.store, on: loop) { cached in
+            if let unchanged = plan.outcomesIfUnchanged(cached) {
+                for (name, outcome) in unchanged where outcome.isUnchanged {
+                    metrics.dedupeHit(app: accepted.appLabel, upstream: name)
+                }
+                responder.respond(answer(finishRegister(unchanged, installation: installation, accepted),
+                                         app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
+                return
+            }
+            Task { responder.respond(await complete(accepted, plan: plan, cached: cached)) }
+        }
+    }
+
+    /// The whole request on Swift concurrency (for callers without a loop).
     public func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let requestID = RequestID.from(request.head.headers)
-        let response: HTTPResponse
-        var appLabel = "-", routeLabel = "-"
+        switch accept(request, requestID: requestID) {
+        case .failure(let refusal):
+            return answer(.failure(refusal.error), app: refusal.app, route: refusal.route, requestID: requestID)
+        case .success(let accepted):
+            return await complete(accepted)
+        }
+    }
+
+    /// A request that passed routing, authentication, the rate limit and body validation.
+    struct Accepted: Sendable {
+        enum Body: Sendable {
+            case register(Installation)
+            case unregister(pushToken: String)
+            case events([EngagementEvent])
+        }
+
+        let app: AppRuntime
+        let route: Route
+        let session: Session
+        let headers: HTTPHeaders
+        let requestID: String
+        let body: Body
+
+        var appLabel: String { app.policy.id }
+        var routeLabel: String { route.rawValue }
+        var context: CallContext { CallContext(contactID: session.contactID, clientHeaders: headers) }
+    }
+
+    struct Refusal: Error {
+        var error: ContractError
+        var app = "-"
+        var route = "-"
+    }
+
+    private func accept(_ request: HTTPRequest, requestID: String) -> Result<Accepted, Refusal> {
+        let app: AppRuntime, route: Route
+        switch resolve(request.head) {
+        case .success(let resolved): (app, route) = resolved
+        case .failure(let error): return .failure(Refusal(error: error))
+        }
         do throws(ContractError) {
-            let (app, route) = try resolve(request.head).get()
-            appLabel = app.policy.id
-            routeLabel = route.rawValue
             let session = try authenticate(request.head.headers, app: app, requestID: requestID)
             try rateLimiter.admit(app: app.policy, route: route.rawValue, contactID: session.contactID)
             let client = app.policy.client
-            let result: JSONObject
+            let body: Accepted.Body
             switch route {
             case .register:
-                let installation = try RequestValidator.installation(body: request.body, policy: client, contactID: session.contactID)
-                result = try await register(installation, session: session, headers: request.head.headers, app: app, requestID: requestID)
+                body = .register(try RequestValidator.installation(body: request.body, policy: client, contactID: session.contactID))
             case .unregister:
-                let pushToken = try RequestValidator.unregister(body: request.body, policy: client, contactID: session.contactID)
-                result = try await unregister(pushToken, session: session, headers: request.head.headers, app: app, requestID: requestID)
+                body = .unregister(pushToken: try RequestValidator.unregister(body: request.body, policy: client, contactID: session.contactID))
             case .events:
-                let events = try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID)
-                result = try await report(events, session: session, headers: request.head.headers, app: app, requestID: requestID)
+                body = .events(try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID))
             }
-            var body = JSONObject([JSONMember("request_id", .string(requestID))])
-            body.members.append(contentsOf: result.members)
-            response = Responses.json(202, .object(body), requestID: requestID)
+            return .success(Accepted(app: app, route: route, session: session, headers: request.head.headers,
+                                     requestID: requestID, body: body))
         } catch {
+            return .failure(Refusal(error: error, app: app.policy.id, route: route.rawValue))
+        }
+    }
+
+    /// Forwards an accepted request, on Swift concurrency. For a registration, `plan` and
+    /// `cached` carry what the loop already decided and looked up.
+    private func complete(_ accepted: Accepted, plan: RegisterPlan? = nil, cached: [String??] = []) async -> HTTPResponse {
+        let result: Result<JSONObject, ContractError>
+        do throws(ContractError) {
+            switch accepted.body {
+            case .register(let installation):
+                let planned: RegisterPlan
+                if let plan { planned = plan } else { planned = try registerPlan(installation, accepted) }
+                result = .success(try await register(installation, plan: planned, cached: cached, accepted))
+            case .unregister(let pushToken):
+                result = .success(try await unregister(pushToken, accepted))
+            case .events(let events):
+                result = .success(try await report(events, accepted))
+            }
+        } catch {
+            result = .failure(error)
+        }
+        return answer(result, app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
+    }
+
+    /// The 202 with `request_id` first, or the contract's envelope; counted either way.
+    private func answer(_ result: Result<JSONObject, ContractError>, app: String, route: String, requestID: String) -> HTTPResponse {
+        let response: HTTPResponse
+        switch result {
+        case .success(let members):
+            var body = JSONObject([JSONMember("request_id", .string(requestID))])
+            body.members.append(contentsOf: members.members)
+            response = Responses.json(202, .object(body), requestID: requestID)
+        case .failure(let error):
             if error.code == .internal {
                 logger.error("internal error", [("request_id", requestID), ("detail", error.message)])
             }
             response = Responses.error(error, requestID: requestID)
         }
-        metrics.request(app: appLabel, route: routeLabel, status: response.status)
+        metrics.request(app: app, route: route, status: response.status)
         return response
     }
 
@@ -168,35 +273,133 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Register
 
-    private func register(_ installation: Installation, session: Session, headers: HTTPHeaders, app: AppRuntime,
-                          requestID: String) async throws(ContractError) -> JSONObject {
-        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
-        // Each provider's own rules first: when the primary would refuse, nothing is forwarded.
-        var refusals: [String: ContractError] = [:]
-        for caller in app.upstreams where caller.adapter.accepts(installation) {
+    /// What registering means at each upstream, decided before any lookup: skipped (the
+    /// upstream cannot take this installation), refused by the provider's own rules (a shadow;
+    /// a refusing primary fails the request), or a dedupe entry to look at.
+    struct RegisterPlan: Sendable {
+        enum Step: Sendable {
+            case skip
+            case refused(ContractError)
+            case dedupe(DedupeKeys, fingerprint: String)
+        }
+
+        let steps: [(caller: UpstreamCaller, step: Step)]
+
+        /// Looks every dedupe entry up on `loop`; `completion` gets the cached values (nil where
+        /// there is nothing to look at or the store failed: those are looked at again, or
+        /// forwarded without dedupe, by `Deduper.register`) once all are in, on the loop.
+        func lookUp(in store: any DedupeStore, on loop: EventLoop, completion: @escaping ([String??]) -> Void) {
+            let batch = LookupBatch(count: steps.count, completion: completion)
+            for (index, entry) in steps.enumerated() {
+                guard case .dedupe(let keys, _) = entry.step else { continue }
+                batch.expect()
+                store.peek(keys.entry, on: loop) { result in
+                    switch result {
+                    case .success(let value): batch.deliver(index, .some(value))
+                    case .failure: batch.deliver(index, nil)
+                    }
+                }
+            }
+            batch.sealed()
+        }
+
+        /// Each upstream's outcome when none needs a call (every entry current), else nil.
+        func outcomesIfUnchanged(_ cached: [String??]) -> [(String, UpstreamOutcome)]? {
+            var outcomes: [(String, UpstreamOutcome)] = []
+            outcomes.reserveCapacity(steps.count)
+            for (index, entry) in steps.enumerated() {
+                switch entry.step {
+                case .skip:
+                    outcomes.append((entry.caller.adapter.name, .skipped))
+                case .refused(let error):
+                    outcomes.append((entry.caller.adapter.name, .failed(error)))
+                case .dedupe(_, let fingerprint):
+                    guard index < cached.count, case .some(.some(let value)) = cached[index], value == fingerprint else { return nil }
+                    outcomes.append((entry.caller.adapter.name, .unchanged))
+                }
+            }
+            return outcomes
+        }
+    }
+
+    /// Collects one request's lookups on its loop (loop-confined, never shared).
+    private final class LookupBatch {
+        private var results: [String??]
+        private var outstanding = 1  // the seal
+        private let completion: ([String??]) -> Void
+
+        init(count: Int, completion: @escaping ([String??]) -> Void) {
+            results = Array(repeating: nil, count: count)
+            self.completion = completion
+        }
+
+        func expect() { outstanding += 1 }
+
+        func deliver(_ index: Int, _ value: String??) {
+            results[index] = value
+            arrive()
+        }
+
+        /// All lookups are issued; those answered at once (an in-memory store) already arrived.
+        func sealed() { arrive() }
+
+        private func arrive() {
+            outstanding -= 1
+            if outstanding == 0 { completion(results) }
+        }
+    }
+
+    /// Each provider's own rules first: when the primary would refuse, nothing is forwarded.
+    private func registerPlan(_ installation: Installation, _ accepted: Accepted) throws(ContractError) -> RegisterPlan {
+        let context = accepted.context
+        var steps: [(caller: UpstreamCaller, step: RegisterPlan.Step)] = []
+        steps.reserveCapacity(accepted.app.upstreams.count)
+        for caller in accepted.app.upstreams {
+            let adapter = caller.adapter
+            guard adapter.accepts(installation) else {
+                steps.append((caller, .skip))
+                continue
+            }
             do throws(ContractError) {
-                try caller.adapter.validate(installation, context: context)
+                try adapter.validate(installation, context: context)
             } catch {
                 if caller.policy.role == .primary { throw error }
-                refusals[caller.adapter.name] = error
+                steps.append((caller, .refused(error)))
+                continue
             }
+            let keys = DedupeKeys(app: accepted.app.policy.id, upstream: adapter.name, pushToken: installation.pushToken)
+            let fingerprint = Fingerprint.of(installation, contactID: context.contactID, settings: adapter.settingsDigest)
+            steps.append((caller, .dedupe(keys, fingerprint: fingerprint)))
         }
-        let refused = refusals
+        return RegisterPlan(steps: steps)
+    }
+
+    private func register(_ installation: Installation, plan: RegisterPlan, cached: [String??],
+                          _ accepted: Accepted) async throws(ContractError) -> JSONObject {
+        let context = accepted.context
         let deduper = self.deduper
         let identities = self.identities
         let metrics = self.metrics
-        let refreshAfter = app.policy.dedupe.refreshAfterSeconds
-        let appID = app.policy.id
-        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
+        let refreshAfter = accepted.app.policy.dedupe.refreshAfterSeconds
+        let appID = accepted.app.policy.id
+        var stepByName: [String: (RegisterPlan.Step, String??)] = [:]
+        for (index, entry) in plan.steps.enumerated() {
+            stepByName[entry.caller.adapter.name] = (entry.step, index < cached.count ? cached[index] : nil)
+        }
+        let steps = stepByName
+        let outcomes = await accepted.app.eachUpstream { caller -> UpstreamOutcome in
             let adapter = caller.adapter
-            guard adapter.accepts(installation) else { return .skipped }
-            if let refusal = refused[adapter.name] { return .failed(refusal) }
-            let keys = DedupeKeys(app: appID, upstream: adapter.name, pushToken: installation.pushToken)
-            let fingerprint = Fingerprint.of(installation, contactID: context.contactID, settings: adapter.settingsDigest)
+            guard let (step, cached) = steps[adapter.name] else { return .skipped }
+            let keys: DedupeKeys, fingerprint: String
+            switch step {
+            case .skip: return .skipped
+            case .refused(let error): return .failed(error)
+            case .dedupe(let k, let f): (keys, fingerprint) = (k, f)
+            }
             do throws(ContractError) {
                 let outcome = try await deduper.register(
                     keys: keys, fingerprint: fingerprint, refreshAfterSeconds: refreshAfter,
-                    lockMillis: caller.budgetMillis + 1000, app: appID
+                    lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached
                 ) { () async throws(ContractError) in
                     try await Self.forward(installation, context: context, caller: caller, identities: identities, app: appID)
                 }
@@ -209,14 +412,23 @@ public struct ClientAPIHandler: HTTPHandler {
                 return .failed(error)
             }
         }
-        let answer = try app.answer(outcomes, logger: logger, requestID: requestID)
-        if let previous = installation.previousPushToken {
+        let result = finishRegister(outcomes, installation: installation, accepted)
+        if let previous = installation.previousPushToken, case .success = result {
             let forwarded = Set(outcomes.compactMap { name, outcome in outcome.isForwarded ? name : nil })
-            await retire(previous, replacedBy: installation, context: context, upstreams: forwarded, app: app, requestID: requestID)
+            await retire(previous, replacedBy: installation, context: context, upstreams: forwarded, app: accepted.app,
+                         requestID: accepted.requestID)
         }
-        logger.debug("registered", [("app", appID), ("request_id", requestID), ("token", Redact.token(installation.pushToken)),
-                                    ("contact", Redact.contact(context.contactID))])
-        return answer
+        return try result.get()
+    }
+
+    /// The answer to a registration once every upstream's outcome is known.
+    private func finishRegister(_ outcomes: [(String, UpstreamOutcome)], installation: Installation,
+                                _ accepted: Accepted) -> Result<JSONObject, ContractError> {
+        let appID = accepted.appLabel
+        let result = Result { () throws(ContractError) in try accepted.app.answer(outcomes, logger: logger, requestID: accepted.requestID) }
+        logger.debug("registered", [("app", appID), ("request_id", accepted.requestID), ("token", Redact.token(installation.pushToken)),
+                                    ("contact", Redact.contact(accepted.session.contactID))])
+        return result
     }
 
     /// One registration at one upstream: the identity it handed back before (if it hands any
@@ -291,9 +503,10 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Unregister
 
-    private func unregister(_ pushToken: String, session: Session, headers: HTTPHeaders, app: AppRuntime,
-                            requestID: String) async throws(ContractError) -> JSONObject {
-        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
+    private func unregister(_ pushToken: String, _ accepted: Accepted) async throws(ContractError) -> JSONObject {
+        let context = accepted.context
+        let app = accepted.app
+        let requestID = accepted.requestID
         let deduper = self.deduper
         let identities = self.identities
         let appID = app.policy.id
@@ -317,9 +530,10 @@ public struct ClientAPIHandler: HTTPHandler {
 
     // MARK: Events
 
-    private func report(_ events: [EngagementEvent], session: Session, headers: HTTPHeaders, app: AppRuntime,
-                        requestID: String) async throws(ContractError) -> JSONObject {
-        let context = CallContext(contactID: session.contactID, clientHeaders: headers)
+    private func report(_ events: [EngagementEvent], _ accepted: Accepted) async throws(ContractError) -> JSONObject {
+        let context = accepted.context
+        let app = accepted.app
+        let requestID = accepted.requestID
         let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
             guard caller.adapter.acceptsEvents else { return .skipped }
             do throws(ContractError) {
@@ -342,6 +556,11 @@ enum UpstreamOutcome: Sendable {
 
     var isForwarded: Bool {
         if case .forwarded = self { return true }
+        return false
+    }
+
+    var isUnchanged: Bool {
+        if case .unchanged = self { return true }
         return false
     }
 

@@ -1,3 +1,5 @@
+import Loops
+
 /// Why the store could not answer. Callers degrade (forward without dedupe) rather than fail.
 public struct StoreError: Error, Sendable, Equatable {
     public var detail: String
@@ -14,6 +16,9 @@ public enum LockAttempt: Sendable, Equatable {
 /// Keys are always hashes (see `DedupeKeys`), never raw push tokens.
 public protocol DedupeStore: Sendable {
     func get(_ key: String) async throws(StoreError) -> String?
+    /// `get` for the hot path: looked up from `loop`'s thread without leaving it, `completion`
+    /// called on that thread (before returning, when the answer is at hand). Call on `loop`.
+    func peek(_ key: String, on loop: EventLoop, completion: @escaping (Result<String?, StoreError>) -> Void)
     /// Sets `key` to `value`, expiring after `ttlSeconds`.
     func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError)
     func delete(_ key: String) async throws(StoreError)

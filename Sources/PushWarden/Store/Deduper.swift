@@ -51,14 +51,19 @@ public struct Deduper: Sendable {
     /// - Parameters:
     ///   - lockMillis: how long the in-flight lock may live: at least the upstream call's whole
     ///     budget, so that a crashed holder's lock expires and waiters take over.
+    ///   - cached: what the entry held when the caller already looked (`peek` on the request's
+    ///     loop), so that the lookup is not repeated; nil when it did not look.
     ///   - forward: the upstream call; its error is rethrown and nothing is cached.
     public func register(
         keys: DedupeKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
+        cached: String?? = nil,
         forward: @Sendable () async throws(ContractError) -> Void
     ) async throws(ContractError) -> DedupeOutcome {
         // The common case, a hit, costs one GET and nothing else.
         do {
-            if try await store.get(keys.entry) == fingerprint { return .unchanged }
+            let current: String?
+            if let cached { current = cached } else { current = try await store.get(keys.entry) }
+            if current == fingerprint { return .unchanged }
         } catch {
             return try await forwardDegraded(error, app: app, forward: forward)
         }

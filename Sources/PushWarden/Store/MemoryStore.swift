@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Loops
 import Synchronization
 
 /// The embedded store: one process, nothing shared, nothing survives a restart.
@@ -25,6 +26,14 @@ public final class MemoryStore: DedupeStore {
     public init() {}
 
     public func get(_ key: String) async throws(StoreError) -> String? {
+        lookup(key)
+    }
+
+    public func peek(_ key: String, on loop: EventLoop, completion: @escaping (Result<String?, StoreError>) -> Void) {
+        completion(.success(lookup(key)))
+    }
+
+    private func lookup(_ key: String) -> String? {
         let now = Self.monotonicNanos()
         return state.withLock { state in
             guard let entry = state.entries[key] else { return nil }

@@ -1,3 +1,4 @@
+import Loops
 import RedisClient
 
 /// The shared store: several PushWarden processes behind one Redis see the same dedupe state and
@@ -13,9 +14,28 @@ public final class RedisStore: DedupeStore {
     public init(client: RedisClient) { self.client = client }
 
     public func get(_ key: String) async throws(StoreError) -> String? {
-        switch try await send(["GET", key]) {
+        try Self.value(ofGET: try await send(["GET", key]))
+    }
+
+    /// On the loop's own Redis connection: the GETs of one loop turn share one write.
+    public func peek(_ key: String, on loop: EventLoop, completion: @escaping (Result<String?, StoreError>) -> Void) {
+        client.send(bytes: [Self.getCommand, Array(key.utf8)], on: loop) { result in
+            switch result {
+            case .success(let reply):
+                completion(Result { () throws(StoreError) in try Self.value(ofGET: reply) })
+            case .failure(let error):
+                completion(.failure(StoreError("redis \(error.kind): \(error.detail)")))
+            }
+        }
+    }
+
+    private static let getCommand = Array("GET".utf8)
+
+    private static func value(ofGET reply: RedisReply) throws(StoreError) -> String? {
+        switch reply {
         case .null: return nil
-        case let reply:
+        case .error(let message): throw StoreError("redis error: \(message)")
+        default:
             guard let value = reply.string else { throw StoreError("unexpected GET reply") }
             return value
         }
