@@ -19,6 +19,7 @@ IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
+PERF=${PERF:-}                         # PERF=1: perf-record PushWarden during P1 into bench-out/perf-hit.data
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
@@ -117,6 +118,12 @@ for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port; do wait_por
 run() {
   local name=$1 url=$2 conns=$3 duration=$4; shift 4
   local out="$work/$name.txt"
+  local perf_pid=
+  if [[ -n $PERF && $name == pw_hit_hs256 ]]; then
+    mkdir -p bench-out
+    perf record -q -e cpu-clock -g -p "$pw_pid" -o bench-out/perf-hit.data -- sleep "${duration%s}" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
   local rps p50 p99 non2xx errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$out")
@@ -124,6 +131,7 @@ run() {
   p99=$(awk '$1=="99%" {print $2}' "$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$out"); non2xx=${non2xx:-0}
   errors=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$out"); errors=${errors:-0}
+  [[ -n $perf_pid ]] && { wait "$perf_pid" || true; }
   echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
   echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
 }

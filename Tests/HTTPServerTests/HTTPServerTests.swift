@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Loops
 import PWCore
 import Synchronization
 import Testing
@@ -8,6 +9,8 @@ import Testing
 /// Echoes what it was given in headers and body. Routes:
 /// - `/respond`: answered from `decide` (204) without reading the body.
 /// - `/slow?ms=N`: sleeps N ms in `handle`, limit 1 KiB.
+/// - `/inline`: answered in `start`, on the loop, naming the loop (`X-Loop`).
+/// - `/twice`: answered twice in `start` (201, then 500): the first answer must win.
 /// - anything else: echo, body limit 64 bytes.
 final class EchoHandler: HTTPHandler {
     /// Paths whose `handle` ran, in order.
@@ -26,6 +29,18 @@ final class EchoHandler: HTTPHandler {
 
     func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
         HTTPResponse(status: 413, headers: ["Content-Type": "text/plain"], body: Array("too large".utf8))
+    }
+
+    func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
+        switch request.head.path {
+        case "/inline":
+            responder.respond(HTTPResponse(status: 200, headers: ["X-Loop": loop.name, "X-On-Loop": loop.isCurrent ? "yes" : "no"]))
+        case "/twice":
+            responder.respond(HTTPResponse(status: 201))
+            responder.respond(HTTPResponse(status: 500))
+        default:
+            Task { responder.respond(await handle(request)) }
+        }
     }
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
@@ -76,6 +91,39 @@ func withServer(
             #expect(server.port > 0 && server.port <= 65_535)
             let response = try await fetch("GET /x HTTP/1.1\r\nHost: t\r\n\r\n", port: server.port)
             #expect(response.status == 200)
+        }
+    }
+
+    @Test func answersOnTheLoopThatReadTheRequest() async throws {
+        try await withServer { server, _ in
+            let (first, second, third) = try await offPool {
+                let client = try RawHTTPClient(port: server.port)
+                try client.send("GET /inline HTTP/1.1\r\nHost: t\r\n\r\n")
+                let first = try client.readResponse()
+                try client.send("POST /twice HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+                let second = try client.readResponse()
+                try client.send("GET /after HTTP/1.1\r\nHost: t\r\n\r\n")
+                return (first, second, try client.readResponse())
+            }
+            #expect(first.status == 200 && first.header("X-On-Loop") == "yes")
+            #expect(first.header("X-Loop")?.hasPrefix("pw-http-") == true)
+            #expect(second.status == 201)
+            #expect(third.status == 200 && third.header("X-Path") == "/after")
+        }
+    }
+
+    @Test func spreadsConnectionsOverEveryLoop() async throws {
+        try await withServer(HTTPServerConfiguration(threads: 2)) { server, _ in
+            // 32 connections all on one of two loops would happen with probability 2^-31.
+            let loops = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<32 {
+                    group.addTask {
+                        try await fetch("GET /inline HTTP/1.1\r\nHost: t\r\n\r\n", port: server.port).header("X-Loop") ?? "?"
+                    }
+                }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+            #expect(loops == ["pw-http-0", "pw-http-1"])
         }
     }
 
