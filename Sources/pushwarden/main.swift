@@ -99,8 +99,8 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
         configuration.shutdownGraceSeconds = seconds
     }
 
-    // glibc gives every thread that allocates its own 64 MiB arena; a sidecar with a thread pool
-    // per listener, the Swift pool, Redis and curl threads would carry many. Two arenas keep
+    // glibc gives every thread that allocates its own 64 MiB arena; a sidecar with an event loop
+    // per core, the Swift pool, Redis and curl threads would carry many. Two arenas keep
     // resident memory bounded at no measurable cost on the small machines this runs on.
     _ = pw_limit_malloc_arenas(2)
     let policy = loadPolicyOrExit(policyPath)

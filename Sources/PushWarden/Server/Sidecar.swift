@@ -13,7 +13,7 @@ public struct ServeConfiguration: Sendable {
     /// `redis://...`; nil runs on the embedded in-memory store.
     public var redisURL: String?
     public var logLevel: Logger.Level
-    /// Server threads per listener (0: one per core).
+    /// Event loops (threads) of the client listener (0: one per core).
     public var threads: Int
     /// How long in-flight requests may take to finish on shutdown.
     public var shutdownGraceSeconds: Double
