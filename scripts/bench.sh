@@ -19,7 +19,7 @@ IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
-PERF=${PERF:-}                         # PERF=1: perf-record PushWarden during P1 into bench-out/perf-hit.data
+PERF=${PERF:-}                         # PERF=1: perf-record PushWarden during P1 and P2 (bench-out/perf-*.data)
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
@@ -119,9 +119,9 @@ run() {
   local name=$1 url=$2 conns=$3 duration=$4; shift 4
   local out="$work/$name.txt"
   local perf_pid=
-  if [[ -n $PERF && $name == pw_hit_hs256 ]]; then
+  if [[ -n $PERF && ( $name == pw_hit_hs256 || $name == pw_forwarded ) ]]; then
     mkdir -p bench-out
-    perf record -q -e cpu-clock -g -p "$pw_pid" -o bench-out/perf-hit.data -- sleep "${duration%s}" >/dev/null 2>&1 &
+    perf record -q -e cpu-clock -g -p "$pw_pid" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
     perf_pid=$!
   fi
   env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true

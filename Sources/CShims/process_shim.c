@@ -17,3 +17,13 @@ void pw_set_thread_name(const char *name) {
 int pw_eventfd(void) {
     return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
+
+static _Thread_local void *pw_current_loop_pointer;
+
+void pw_set_current_loop(void *loop) {
+    pw_current_loop_pointer = loop;
+}
+
+void *pw_current_loop(void) {
+    return pw_current_loop_pointer;
+}

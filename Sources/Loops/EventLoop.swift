@@ -94,13 +94,22 @@ public final class EventLoop: @unchecked Sendable {
     /// True on the loop's own thread.
     public var isCurrent: Bool { threadID.load(ordering: .relaxed) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
 
-    /// Runs `job` on the loop's thread, soon. From any thread; dropped once the loop is stopping.
+    /// The loop whose thread this is, or nil off every loop.
+    public static var current: EventLoop? {
+        guard let pointer = pw_current_loop() else { return nil }
+        return Unmanaged<EventLoop>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    /// Runs `job` on the loop's thread, soon: within the current turn when called on the loop,
+    /// else after a wake-up. From any thread; dropped once the loop is stopping.
     public func execute(_ job: @escaping @Sendable () -> Void) {
+        let onLoop = isCurrent
         let wake: Bool = inbox.withLock { inbox in
             guard !inbox.stopping else { return false }
             inbox.jobs.append(job)
-            // A non-empty inbox already has a wake-up on its way.
-            return inbox.jobs.count == 1
+            // A non-empty inbox already has a wake-up on its way, and the loop itself looks at
+            // its inbox before it sleeps.
+            return inbox.jobs.count == 1 && !onLoop
         }
         if wake { signal() }
     }
@@ -164,6 +173,8 @@ public final class EventLoop: @unchecked Sendable {
 
     private func run() {
         threadID.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .relaxed)
+        pw_set_current_loop(Unmanaged.passUnretained(self).toOpaque())
+        defer { pw_set_current_loop(nil) }
         pw_set_thread_name(name)
         // A write to a peer that hung up raises SIGPIPE; blocked here, it becomes EPIPE.
         var pipeMask = sigset_t()
@@ -176,7 +187,8 @@ public final class EventLoop: @unchecked Sendable {
         defer { events.deallocate() }
         var jobs: [@Sendable () -> Void] = []
         while running {
-            let count = epoll_wait(epollFD, events, capacity, timeoutMillis())
+            let pendingJobs = inbox.withLock { !$0.jobs.isEmpty }
+            let count = epoll_wait(epollFD, events, capacity, pendingJobs ? 0 : timeoutMillis())
             if count > 0 {
                 for i in 0..<Int(count) {
                     let fd = events[i].data.fd
@@ -190,12 +202,18 @@ public final class EventLoop: @unchecked Sendable {
                                                   writable: flags & EPOLLOUT.rawValue != 0 || failed)
                 }
             }
-            let stopping: Bool = inbox.withLock { inbox in
-                swap(&jobs, &inbox.jobs)
-                return inbox.stopping
+            // Jobs that jobs post (a task resumed by another's work) run in this turn too, for a
+            // few rounds; what is left then waits for the next turn (which does not sleep).
+            var stopping = false
+            for _ in 0..<8 {
+                stopping = inbox.withLock { inbox in
+                    swap(&jobs, &inbox.jobs)
+                    return inbox.stopping
+                }
+                if jobs.isEmpty { break }
+                for job in jobs { job() }
+                jobs.removeAll(keepingCapacity: true)
             }
-            for job in jobs { job() }
-            jobs.removeAll(keepingCapacity: true)
             let now = Self.now()
             for participant in participants { participant.turnEnded(now: now) }
             if stopping { running = false }
@@ -244,4 +262,13 @@ public struct LoopError: Error, Sendable, CustomStringConvertible {
     public var detail: String
     public init(detail: String) { self.detail = detail }
     public var description: String { "LoopError: \(detail)" }
+}
+
+/// Tasks that prefer a loop (`Task(executorPreference: loop)`) run their jobs on its thread, so
+/// that awaiting something the loop drives (its Redis connection) resumes without a thread hop.
+extension EventLoop: TaskExecutor {
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        execute { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+    }
 }

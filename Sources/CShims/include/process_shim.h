@@ -8,4 +8,8 @@ int pw_limit_malloc_arenas(int arenas);
 void pw_set_thread_name(const char *name);
 /// A non-blocking, close-on-exec eventfd (an event loop's wake-up descriptor), or -1 with errno.
 int pw_eventfd(void);
+/// The event loop whose thread this is (an unretained pointer the loop sets for its own thread),
+/// or NULL on any other thread. Owned by the Loops module.
+void pw_set_current_loop(void *loop);
+void *pw_current_loop(void);
 #endif

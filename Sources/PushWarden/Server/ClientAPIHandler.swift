@@ -71,8 +71,10 @@ public struct ClientAPIHandler: HTTPHandler {
         case .success(let value):
             accepted = value
         }
+        // Tasks prefer the request's loop: their Redis commands go over the loop's own
+        // connection and they resume there, instead of crossing to the pool and back.
         guard case .register(let installation) = accepted.body else {
-            Task { responder.respond(await complete(accepted)) }
+            Task(executorPreference: loop) { responder.respond(await complete(accepted)) }
             return
         }
         let plan: RegisterPlan
@@ -91,7 +93,7 @@ public struct ClientAPIHandler: HTTPHandler {
                                          app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
                 return
             }
-            Task { responder.respond(await complete(accepted, plan: plan, cached: cached)) }
+            Task(executorPreference: loop) { responder.respond(await complete(accepted, plan: plan, cached: cached)) }
         }
     }
 

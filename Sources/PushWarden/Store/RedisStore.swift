@@ -85,12 +85,26 @@ public final class RedisStore: DedupeStore {
 
     public func isReachable() async -> Bool { await client.ping() }
 
+    /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
+    /// through the client's pipelined pool.
     private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
+        let result: Result<RedisReply, RedisError>
+        if let loop = EventLoop.current {
+            let bytes = arguments.map { Array($0.utf8) }
+            result = await withCheckedContinuation { continuation in
+                client.send(bytes: bytes, on: loop) { continuation.resume(returning: $0) }
+            }
+        } else {
+            do {
+                result = .success(try await client.send(arguments))
+            } catch {
+                result = .failure(error)
+            }
+        }
         let reply: RedisReply
-        do {
-            reply = try await client.send(arguments)
-        } catch {
-            throw StoreError("redis \(error.kind): \(error.detail)")
+        switch result {
+        case .success(let value): reply = value
+        case .failure(let error): throw StoreError("redis \(error.kind): \(error.detail)")
         }
         if case .error(let message) = reply { throw StoreError("redis error: \(message)") }
         return reply
