@@ -378,3 +378,23 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         loop.stop()
     }
 }
+
+@Suite struct LoopExecutorTests {
+    @Test func tasksPreferringALoopRunAndResumeOnIt() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let observed = await Task(executorPreference: loop) { () -> [Bool] in
+            var seen = [EventLoop.current === loop]
+            // Resumed from another thread: the task must come back to the loop.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                Thread { continuation.resume() }.start()
+            }
+            seen.append(EventLoop.current === loop)
+            try? await Task.sleep(for: .milliseconds(5))
+            seen.append(EventLoop.current === loop)
+            return seen
+        }.value
+        #expect(observed == [true, true, true])
+        #expect(EventLoop.current == nil)
+    }
+}
