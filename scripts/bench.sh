@@ -151,6 +151,9 @@ fact hit_conns "$HIT_CONNECTIONS"
 fact fwd_conns "$FORWARD_CONNECTIONS"
 if want hit; then
   LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS" "$DURATION"
+  # Not a bar: our HTTP server alone (the mock's GET /static, a 202 answered on the loop), the
+  # ceiling any request path built on it can reach.
+  LUA= run server_floor "http://127.0.0.1:$mock_port/static" "$HIT_CONNECTIONS" "$DURATION"
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
 if want es256; then

@@ -41,6 +41,8 @@ def scenario(name, label, conns, baseline, bar_text, value, passed):
                   "PASS" if passed and failures == 0 else "FAIL", failures))
 
 scenario("nginx_static", "nginx static 202", facts.get("hit_conns"), "-", "-", "-", True)
+floor = ratio(rps("server_floor"), rps("nginx_static"))
+scenario("server_floor", "HTTPServer alone (info)", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", "-", f"{floor:.2f}x", True)
 p1 = ratio(rps("pw_hit_hs256"), rps("nginx_static"))
 scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", ">= 0.50x", f"{p1:.2f}x", p1 >= 0.5)
 verify = float(facts.get("openssl_es256_verify", "0") or 0)
