@@ -42,12 +42,19 @@ enum PushTokenRules {
     /// Expo's own tokens (`ExponentPushToken[...]`, `ExpoPushToken[...]`) only work through Expo's
     /// push service, which PushWarden does not talk to.
     static func isExpoToken(_ token: String) -> Bool {
+        // Most tokens fail the byte check; only a byte match pays for the character-level answer.
+        guard Text.hasASCIIPrefixIgnoringCase(token, "exponentpushtoken[") || Text.hasASCIIPrefixIgnoringCase(token, "expopushtoken[") else {
+            return false
+        }
         let lower = Text.asciiLowercased(String(token.prefix(20)))
         return lower.hasPrefix("exponentpushtoken[") || lower.hasPrefix("expopushtoken[")
     }
 
     /// `https://...`, `http:...` or anything with a `scheme://`: no provider token looks like this.
     static func looksLikeURL(_ token: String) -> Bool {
+        guard Text.hasASCIIPrefixIgnoringCase(token, "http:") || Text.hasASCIIPrefixIgnoringCase(token, "https:") else {
+            return containsSchemeSeparator(token)
+        }
         let lower = Text.asciiLowercased(String(token.prefix(8)))
         return lower.hasPrefix("https:") || lower.hasPrefix("http:") || containsSchemeSeparator(token)
     }

@@ -5,6 +5,13 @@ enum Text {
     /// C1 controls, DEL, line/paragraph separators and the bidirectional overrides that can make a
     /// log line or an admin screen lie about what it shows.
     static func hasForbiddenCharacter(_ s: String) -> Bool {
+        // ASCII text (nearly every value) is judged byte by byte; anything else by scalars.
+        var ascii = true
+        for byte in s.utf8 {
+            if byte >= 0x80 { ascii = false; break }
+            if byte < 0x20 || byte == 0x7F { return true }
+        }
+        if ascii { return false }
         for scalar in s.unicodeScalars {
             switch scalar.value {
             case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0xFEFF:
@@ -14,6 +21,23 @@ enum Text {
             }
         }
         return false
+    }
+
+    /// Whether the UTF-8 of `s` starts with `prefix` (lower-case ASCII), ignoring ASCII case.
+    ///
+    /// A necessary condition for `asciiLowercased(s).hasPrefix(prefix)`: no character other than
+    /// these ASCII bytes themselves is canonically equivalent to lower-case letters, digits or
+    /// ASCII punctuation, so a byte mismatch means the character-level check fails too.
+    static func hasASCIIPrefixIgnoringCase(_ s: String, _ prefix: StaticString) -> Bool {
+        let n = prefix.utf8CodeUnitCount
+        var i = 0
+        for byte in s.utf8 {
+            if i == n { return true }
+            let lower = (byte >= 0x41 && byte <= 0x5A) ? byte + 0x20 : byte
+            guard lower == prefix.utf8Start[i] else { return false }
+            i += 1
+        }
+        return i == n
     }
 
     static func length(_ s: String) -> Int { s.unicodeScalars.count }

@@ -1,11 +1,6 @@
 /// Base64url (RFC 4648 section 5) without padding, as JWTs and Web Push keys use it.
 public enum Base64URL {
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-    private static let decodeTable: [Int8] = {
-        var table = [Int8](repeating: -1, count: 256)
-        for (i, c) in alphabet.enumerated() { table[Int(c)] = Int8(i) }
-        return table
-    }()
 
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
         var out: [UInt8] = []
@@ -27,25 +22,50 @@ public enum Base64URL {
     /// Decodes unpadded base64url; trailing `=` padding is tolerated. Returns nil on any other
     /// character or on an impossible length.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        var utf8 = Array(text.utf8)
-        while utf8.last == UInt8(ascii: "=") { utf8.removeLast() }
-        if utf8.count % 4 == 1 { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(utf8.count * 3 / 4)
-        var buffer: UInt32 = 0
-        var bits = 0
-        for c in utf8 {
-            let v = decodeTable[Int(c)]
-            if v < 0 { return nil }
-            buffer = buffer << 6 | UInt32(v)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                out.append(UInt8((buffer >> UInt32(bits)) & 0xFF))
+        if let result = text.utf8.withContiguousStorageIfAvailable({ decode(bytes: $0) }) { return result }
+        return Array(text.utf8).withUnsafeBufferPointer { decode(bytes: $0) }
+    }
+
+    /// `decode(_:)` over raw bytes (the text's UTF-8), so a caller holding a token's bytes can
+    /// decode one segment without copying it into a String or an Array first.
+    public static func decode(bytes input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        var end = input.count
+        while end > 0, input[end - 1] == UInt8(ascii: "=") { end -= 1 }
+        if end % 4 == 1 { return nil }
+        let capacity = end * 3 / 4
+        var valid = true
+        let out = [UInt8](unsafeUninitializedCapacity: capacity) { out, count in
+            var buffer: UInt32 = 0
+            var bits = 0
+            var written = 0
+            for i in 0..<end {
+                let v = sextet(input[i])
+                if v == 0xFF { valid = false; break }
+                buffer = buffer << 6 | UInt32(v)
+                bits += 6
+                if bits >= 8 {
+                    bits -= 8
+                    out[written] = UInt8(truncatingIfNeeded: buffer >> UInt32(bits))
+                    written += 1
+                }
             }
+            // Leftover bits must be zero (canonical encoding).
+            if valid, bits > 0, buffer & ((1 << UInt32(bits)) - 1) != 0 { valid = false }
+            count = valid ? written : 0
         }
-        // Leftover bits must be zero (canonical encoding).
-        if bits > 0, buffer & ((1 << UInt32(bits)) - 1) != 0 { return nil }
-        return out
+        return valid ? out : nil
+    }
+
+    /// The 6-bit value of one base64url character, or 0xFF.
+    @inline(__always)
+    private static func sextet(_ c: UInt8) -> UInt8 {
+        switch c {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): return c &- UInt8(ascii: "A")
+        case UInt8(ascii: "a")...UInt8(ascii: "z"): return c &- UInt8(ascii: "a") &+ 26
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c &- UInt8(ascii: "0") &+ 52
+        case UInt8(ascii: "-"): return 62
+        case UInt8(ascii: "_"): return 63
+        default: return 0xFF
+        }
     }
 }

@@ -45,20 +45,39 @@ public enum SHA256 {
     }
 
     /// The digest as lowercase hex, e.g. for log-safe token fingerprints.
-    public static func hexHash(_ bytes: some Collection<UInt8>) -> String { Hex.encode(hash(bytes)) }
+    public static func hexHash(_ bytes: some Collection<UInt8>) -> String {
+        withContiguousBytes(bytes) { input in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: byteCount) { digest in
+                var length: UInt32 = 0
+                guard EVP_Digest(input.baseAddress, input.count, digest.baseAddress, &length, fetched.sha256, nil) == 1,
+                      length == UInt32(byteCount) else {
+                    fatalError("SHA-256 failed: \(drainOpenSSLErrors())")
+                }
+                return Hex.encode(buffer: UnsafeBufferPointer(digest))
+            }
+        }
+    }
 }
 
 public enum Hex {
     /// Lowercase hex of `bytes`.
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            out.append(digits.utf8Start[Int(b >> 4)])
-            out.append(digits.utf8Start[Int(b & 0x0F)])
+        withContiguousBytes(bytes) { encode(buffer: $0) }
+    }
+
+    static func encode(buffer bytes: UnsafeBufferPointer<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            for (i, b) in bytes.enumerated() {
+                out[2 * i] = digit(b >> 4)
+                out[2 * i + 1] = digit(b & 0x0F)
+            }
+            return bytes.count * 2
         }
-        return String(decoding: out, as: UTF8.self)
+    }
+
+    @inline(__always)
+    private static func digit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 &+ nibble : 0x61 &+ (nibble &- 10)
     }
 }
 

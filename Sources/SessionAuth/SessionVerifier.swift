@@ -169,9 +169,12 @@ public final class SessionVerifier: Sendable {
     private func token(in headers: HTTPHeaders) -> Result<String, AuthFailure> {
         var headerProblem: String?
         if let name = policy.header {
-            let values = headers.values(name)
-            if values.count > 1 { return .failure(AuthFailure("several \(name) headers")) }
-            if let value = values.first {
+            var found: String?
+            for field in headers where HTTPHeaders.equalsIgnoringCase(field.name, name) {
+                if found != nil { return .failure(AuthFailure("several \(name) headers")) }
+                found = field.value
+            }
+            if let value = found {
                 if let token = Self.bearerToken(value) { return .success(token) }
                 headerProblem = "\(name) header is not a Bearer token"
             }
@@ -184,14 +187,28 @@ public final class SessionVerifier: Sendable {
 
     /// The credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive), or nil.
     static func bearerToken(_ value: String) -> String? {
-        let trimmed = value.utf8.drop { $0 == 0x20 || $0 == 0x09 }
-        guard let space = trimmed.firstIndex(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
-        guard HTTPHeaders.equalsIgnoringCase(String(Substring(trimmed[..<space])), "Bearer") else { return nil }
-        let credentials = trimmed[space...].drop { $0 == 0x20 || $0 == 0x09 }
-        var token = Substring(credentials)
-        while let last = token.utf8.last, last == 0x20 || last == 0x09 { token = token.dropLast() }
-        guard !token.isEmpty, !token.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
-        return String(token)
+        var value = value
+        return value.withUTF8 { b -> String? in
+            func isOWS(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+            var i = 0
+            while i < b.count, isOWS(b[i]) { i += 1 }
+            let schemeStart = i
+            while i < b.count, !isOWS(b[i]) { i += 1 }
+            guard i < b.count else { return nil }
+            let scheme: StaticString = "bearer"
+            guard i - schemeStart == scheme.utf8CodeUnitCount else { return nil }
+            for k in 0..<scheme.utf8CodeUnitCount {
+                let c = b[schemeStart + k]
+                guard ((c >= 0x41 && c <= 0x5A) ? c | 0x20 : c) == scheme.utf8Start[k] else { return nil }
+            }
+            while i < b.count, isOWS(b[i]) { i += 1 }
+            var end = b.count
+            while end > i, isOWS(b[end - 1]) { end -= 1 }
+            guard end > i else { return nil }
+            for k in i..<end where isOWS(b[k]) { return nil }
+            // Cut at ASCII whitespace, so the slice is valid UTF-8 like the value it came from.
+            return String(decoding: UnsafeBufferPointer(rebasing: b[i..<end]), as: UTF8.self)
+        }
     }
 
     /// The first non-empty value of cookie `name` across `Cookie` header fields (RFC 6265,
@@ -221,27 +238,37 @@ public final class SessionVerifier: Sendable {
 
     /// Verifies one compact JWS token: structure, header, signature, then claims.
     public func verify(token: String) -> Result<Session, AuthFailure> {
+        var token = token
+        return token.withUTF8 { verify(bytes: $0) }
+    }
+
+    /// `verify(token:)` over the token's UTF-8, so segments are sliced and decoded in place.
+    private func verify(bytes: UnsafeBufferPointer<UInt8>) -> Result<Session, AuthFailure> {
         func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
 
-        let utf8 = token.utf8
-        guard utf8.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
-        // Three segments split by a scan for '.', without the generic split's arrays.
-        guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 1 parts, not 3") }
-        let afterFirst = utf8.index(after: firstDot)
-        guard let secondDot = utf8[afterFirst...].firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 2 parts, not 3") }
-        let afterSecond = utf8.index(after: secondDot)
-        if let extra = utf8[afterSecond...].firstIndex(of: UInt8(ascii: ".")) {
-            let more = utf8[utf8.index(after: extra)...].filter { $0 == UInt8(ascii: ".") }.count
-            return fail("token has \(4 + more) parts, not 3")
+        guard bytes.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
+        // Three segments split by one scan for '.', which also looks for padding.
+        var firstDot = -1, secondDot = -1, dots = 0, padded = false
+        for i in 0..<bytes.count {
+            switch bytes[i] {
+            case UInt8(ascii: "."):
+                if dots == 0 { firstDot = i } else if dots == 1 { secondDot = i }
+                dots += 1
+            case UInt8(ascii: "="):
+                padded = true
+            default:
+                continue
+            }
         }
-        guard !utf8.contains(UInt8(ascii: "=")) else { return fail("base64url padding in token") }
-        let headerText = Substring(utf8[utf8.startIndex..<firstDot])
-        let payloadText = Substring(utf8[afterFirst..<secondDot])
-        let signatureText = Substring(utf8[afterSecond...])
+        guard dots == 2 else { return fail("token has \(dots + 1) parts, not 3") }
+        guard !padded else { return fail("base64url padding in token") }
+        let headerBytes = UnsafeBufferPointer(rebasing: bytes[0..<firstDot])
+        let payloadBytes = UnsafeBufferPointer(rebasing: bytes[(firstDot + 1)..<secondDot])
+        let signatureBytes = UnsafeBufferPointer(rebasing: bytes[(secondDot + 1)...])
 
         // Header: every token from one issuer carries the same one, so its checked form is cached.
         let header: CheckedHeader
-        switch headers.checked(headerText, allowed: allowed) {
+        switch headers.checked(headerBytes, allowed: allowed) {
         case .success(let checked): header = checked
         case .failure(let failure): return .failure(failure)
         }
@@ -249,9 +276,9 @@ public final class SessionVerifier: Sendable {
         let kid = header.kid
 
         // Signature over the ASCII of "header.payload".
-        guard let signature = Base64URL.decode(signatureText) else { return fail("signature is not base64url") }
+        guard let signature = Base64URL.decode(bytes: signatureBytes) else { return fail("signature is not base64url") }
         guard !signature.isEmpty else { return fail("missing signature") }
-        let signingInput = utf8[utf8.startIndex..<secondDot]
+        let signingInput = UnsafeBufferPointer(rebasing: bytes[0..<secondDot])
         switch alg {
         case .hs256:
             guard let secret = hmacSecret else { return fail("no HMAC secret for HS256") }
@@ -272,8 +299,8 @@ public final class SessionVerifier: Sendable {
         }
 
         // Claims, only once the signature holds.
-        guard let payloadBytes = Base64URL.decode(payloadText) else { return fail("payload is not base64url") }
-        guard let claims = (try? JSONValue.parse(payloadBytes))?.objectValue else { return fail("payload is not a JSON object") }
+        guard let payload = Base64URL.decode(bytes: payloadBytes) else { return fail("payload is not base64url") }
+        guard let claims = (try? JSONValue.parse(payload))?.objectValue else { return fail("payload is not a JSON object") }
         return check(claims)
     }
 
@@ -406,13 +433,20 @@ final class HeaderCache: Sendable {
     private let entries = Mutex<[(text: String, header: CheckedHeader)]>([])
     private let capacity = 8
 
-    func checked(_ text: Substring, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
-        if let hit = entries.withLock({ list in list.first { $0.text == text }?.header }) { return .success(hit) }
-        let result = CheckedHeader.check(text, allowed: allowed)
+    func checked(_ text: UnsafeBufferPointer<UInt8>, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
+        let hit = entries.withLock { list in
+            list.first { entry in
+                var stored = entry.text
+                return stored.withUTF8 { $0.elementsEqual(text) }
+            }?.header
+        }
+        if let hit { return .success(hit) }
+        let string = String(decoding: text, as: UTF8.self)
+        let result = CheckedHeader.check(Substring(string), allowed: allowed)
         if case .success(let header) = result {
             entries.withLock { list in
                 if list.count >= capacity { list.removeFirst() }
-                list.append((String(text), header))
+                list.append((string, header))
             }
         }
         return result
