@@ -61,12 +61,15 @@ enum PushTokenRules {
 
     /// Whether `://` occurs, by a byte scan (the generic substring search is slow on the hot path).
     static func containsSchemeSeparator(_ token: String) -> Bool {
-        var previous: (UInt8, UInt8) = (0, 0)
-        for byte in token.utf8 {
-            if previous == (UInt8(ascii: ":"), UInt8(ascii: "/")), byte == UInt8(ascii: "/") { return true }
-            previous = (previous.1, byte)
+        var token = token
+        return token.withUTF8 { b in
+            var i = 2
+            while i < b.count {
+                if b[i] == UInt8(ascii: "/"), b[i - 1] == UInt8(ascii: "/"), b[i - 2] == UInt8(ascii: ":") { return true }
+                i += 1
+            }
+            return false
         }
-        return false
     }
 
     /// An FCM registration token's alphabet (base64url plus `:` and `.`).

@@ -35,22 +35,38 @@ public enum Base64URL {
         let capacity = end * 3 / 4
         var valid = true
         let out = [UInt8](unsafeUninitializedCapacity: capacity) { out, count in
-            var buffer: UInt32 = 0
-            var bits = 0
+            // Whole groups of four characters (three bytes); an invalid character sets bit 7.
             var written = 0
-            for i in 0..<end {
-                let v = sextet(input[i])
-                if v == 0xFF { valid = false; break }
-                buffer = buffer << 6 | UInt32(v)
-                bits += 6
-                if bits >= 8 {
-                    bits -= 8
-                    out[written] = UInt8(truncatingIfNeeded: buffer >> UInt32(bits))
+            var i = 0
+            var seen: UInt8 = 0
+            while i + 4 <= end {
+                let a = sextet(input[i]), b = sextet(input[i + 1]), c = sextet(input[i + 2]), d = sextet(input[i + 3])
+                seen |= a | b | c | d
+                let group = UInt32(a & 0x3F) << 18 | UInt32(b & 0x3F) << 12 | UInt32(c & 0x3F) << 6 | UInt32(d & 0x3F)
+                out[written] = UInt8(truncatingIfNeeded: group >> 16)
+                out[written + 1] = UInt8(truncatingIfNeeded: group >> 8)
+                out[written + 2] = UInt8(truncatingIfNeeded: group)
+                written += 3
+                i += 4
+            }
+            // A tail of two or three characters: one or two bytes, and the unused low bits must be
+            // zero (canonical encoding).
+            let tail = end - i
+            if tail >= 2 {
+                let a = sextet(input[i]), b = sextet(input[i + 1]), c = tail == 3 ? sextet(input[i + 2]) : 0
+                seen |= a | b | c
+                let group = UInt32(a & 0x3F) << 18 | UInt32(b & 0x3F) << 12 | UInt32(c & 0x3F) << 6
+                out[written] = UInt8(truncatingIfNeeded: group >> 16)
+                written += 1
+                if tail == 3 {
+                    out[written] = UInt8(truncatingIfNeeded: group >> 8)
                     written += 1
+                    if c & 0x03 != 0 { valid = false }
+                } else if b & 0x0F != 0 {
+                    valid = false
                 }
             }
-            // Leftover bits must be zero (canonical encoding).
-            if valid, bits > 0, buffer & ((1 << UInt32(bits)) - 1) != 0 { valid = false }
+            if seen & 0x80 != 0 { valid = false }
             count = valid ? written : 0
         }
         return valid ? out : nil

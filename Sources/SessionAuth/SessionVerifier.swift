@@ -160,13 +160,6 @@ public final class SessionVerifier: Sendable {
     /// Finds the session token in `headers` (the policy's header as `Bearer <jwt>`, else the
     /// policy's cookie) and verifies it.
     public func authenticate(_ headers: HTTPHeaders) -> Result<Session, AuthFailure> {
-        switch token(in: headers) {
-        case .success(let token): return verify(token: token)
-        case .failure(let failure): return .failure(failure)
-        }
-    }
-
-    private func token(in headers: HTTPHeaders) -> Result<String, AuthFailure> {
         var headerProblem: String?
         if let name = policy.header {
             var found: String?
@@ -174,41 +167,43 @@ public final class SessionVerifier: Sendable {
                 if found != nil { return .failure(AuthFailure("several \(name) headers")) }
                 found = field.value
             }
-            if let value = found {
-                if let token = Self.bearerToken(value) { return .success(token) }
+            if var value = found {
+                // The token is verified where it lies in the header value, without a copy.
+                let verified = value.withUTF8 { bytes -> Result<Session, AuthFailure>? in
+                    guard let token = Self.bearerToken(in: bytes) else { return nil }
+                    return verify(bytes: UnsafeBufferPointer(rebasing: bytes[token]))
+                }
+                if let verified { return verified }
                 headerProblem = "\(name) header is not a Bearer token"
             }
         }
         if let cookie = policy.cookie, let token = Self.cookie(named: cookie, in: headers.values("Cookie")) {
-            return .success(token)
+            return verify(token: token)
         }
         return .failure(AuthFailure(headerProblem ?? "no session token"))
     }
 
-    /// The credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive), or nil.
-    static func bearerToken(_ value: String) -> String? {
-        var value = value
-        return value.withUTF8 { b -> String? in
-            func isOWS(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
-            var i = 0
-            while i < b.count, isOWS(b[i]) { i += 1 }
-            let schemeStart = i
-            while i < b.count, !isOWS(b[i]) { i += 1 }
-            guard i < b.count else { return nil }
-            let scheme: StaticString = "bearer"
-            guard i - schemeStart == scheme.utf8CodeUnitCount else { return nil }
-            for k in 0..<scheme.utf8CodeUnitCount {
-                let c = b[schemeStart + k]
-                guard ((c >= 0x41 && c <= 0x5A) ? c | 0x20 : c) == scheme.utf8Start[k] else { return nil }
-            }
-            while i < b.count, isOWS(b[i]) { i += 1 }
-            var end = b.count
-            while end > i, isOWS(b[end - 1]) { end -= 1 }
-            guard end > i else { return nil }
-            for k in i..<end where isOWS(b[k]) { return nil }
-            // Cut at ASCII whitespace, so the slice is valid UTF-8 like the value it came from.
-            return String(decoding: UnsafeBufferPointer(rebasing: b[i..<end]), as: UTF8.self)
+    /// Where the credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive)
+    /// lie in a header value's UTF-8, or nil when the value is not of that form.
+    static func bearerToken(in b: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        func isOWS(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        var i = 0
+        while i < b.count, isOWS(b[i]) { i += 1 }
+        let schemeStart = i
+        while i < b.count, !isOWS(b[i]) { i += 1 }
+        guard i < b.count else { return nil }
+        let scheme: StaticString = "bearer"
+        guard i - schemeStart == scheme.utf8CodeUnitCount else { return nil }
+        for k in 0..<scheme.utf8CodeUnitCount {
+            let c = b[schemeStart + k]
+            guard ((c >= 0x41 && c <= 0x5A) ? c | 0x20 : c) == scheme.utf8Start[k] else { return nil }
         }
+        while i < b.count, isOWS(b[i]) { i += 1 }
+        var end = b.count
+        while end > i, isOWS(b[end - 1]) { end -= 1 }
+        guard end > i else { return nil }
+        for k in i..<end where isOWS(b[k]) { return nil }
+        return i..<end
     }
 
     /// The first non-empty value of cookie `name` across `Cookie` header fields (RFC 6265,
