@@ -281,8 +281,8 @@ public enum RequestValidator {
 
     static func readPlatform(_ raw: String?, policy: ClientPolicy) throws(ContractError) -> Platform {
         guard let raw else { throw ContractError(.invalidRequest, "platform is required", field: "platform") }
-        let enabled = Platform.allCases.filter { policy.platforms.contains($0) }.map(\.rawValue)
         guard let platform = Platform(rawValue: raw) else {
+            let enabled = Platform.allCases.filter { policy.platforms.contains($0) }.map(\.rawValue)
             let choices = enabled.isEmpty ? Platform.allCases.map(\.rawValue) : enabled
             throw ContractError(.invalidPlatform, "platform must be one of \(choices.joined(separator: ", "))", field: "platform")
         }
