@@ -317,11 +317,36 @@ public final class SessionVerifier: Sendable {
     private enum NumericDate {
         case absent, invalid, value(Double)
 
+        /// Plain integers of up to 15 digits (every real timestamp), converted without `strtod`:
+        /// they are exact in a Double, so the result is the one `Double(text)` gives.
+        static func integer(_ text: String) -> Double? {
+            var magnitude = 0
+            var digits = 0
+            var negative = false
+            for byte in text.utf8 {
+                if byte == UInt8(ascii: "-"), digits == 0, !negative {
+                    negative = true
+                    continue
+                }
+                guard byte >= 0x30, byte <= 0x39, digits < 15 else { return nil }
+                magnitude = magnitude * 10 + Int(byte - 0x30)
+                digits += 1
+            }
+            guard digits > 0 else { return nil }
+            return negative ? -Double(magnitude) : Double(magnitude)
+        }
+
         init(_ value: JSONValue?) {
             switch value {
             case nil: self = .absent
             case .number(let text)?:
-                if let v = Double(text), v.isFinite { self = .value(v) } else { self = .invalid }
+                if let v = Self.integer(text) {
+                    self = .value(v)
+                } else if let v = Double(text), v.isFinite {
+                    self = .value(v)
+                } else {
+                    self = .invalid
+                }
             default: self = .invalid
             }
         }
@@ -371,10 +396,17 @@ public final class SessionVerifier: Sendable {
             return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
-        guard contact.unicodeScalars.count <= Self.maxContactIDLength else {
+        // ASCII (the usual contact id) is measured and checked byte by byte: there a byte is a scalar.
+        var ascii = true, asciiControl = false
+        for byte in contact.utf8 {
+            if byte >= 0x80 { ascii = false; break }
+            if byte < 0x20 || byte == 0x7F { asciiControl = true }
+        }
+        let length = ascii ? contact.utf8.count : contact.unicodeScalars.count
+        guard length <= Self.maxContactIDLength else {
             return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
         }
-        guard !contact.unicodeScalars.contains(where: Self.isControl) else {
+        guard !(ascii ? asciiControl : contact.unicodeScalars.contains(where: Self.isControl)) else {
             return fail("contact claim \(claimName) contains a control character")
         }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
