@@ -80,7 +80,7 @@ enum PushTokenRules {
     /// Even-length hex of at least 64 characters: what every APNs device token looks like.
     static func looksLikeAPNs(_ token: String) -> Bool {
         let n = token.utf8.count
-        return n >= apnsMinLength && n <= apnsMaxLength && n % 2 == 0 && token.utf8.allSatisfy(Text.isHexDigit)
+        return n >= apnsMinLength && n <= apnsMaxLength && n % 2 == 0 && Text.all(token, in: Text.isHexDigit)
     }
 
     /// Validates a registration token for `service` and returns it normalised.
@@ -116,8 +116,8 @@ enum PushTokenRules {
         switch service {
         case .apns, .apnsVoip:
             let n = token.utf8.count
-            guard token.utf8.allSatisfy(Text.isHexDigit) else {
-                if token.utf8.allSatisfy(isFCMCharacter), token.contains(":") {
+            guard Text.all(token, in: Text.isHexDigit) else {
+                if Text.all(token, in: isFCMCharacter), token.contains(":") {
                     throw ContractError(.tokenPlatformMismatch,
                                         "\(field) looks like an FCM registration token, but push_service \(service.rawValue) expects an APNs device token",
                                         field: field)
@@ -136,7 +136,7 @@ enum PushTokenRules {
                 throw ContractError(.invalidTokenFormat,
                                     "\(field) must be an FCM registration token of \(fcmMinLength) to \(fcmMaxLength) characters", field: field)
             }
-            guard token.utf8.allSatisfy(isFCMCharacter) else {
+            guard Text.all(token, in: isFCMCharacter) else {
                 throw ContractError(.invalidTokenFormat,
                                     "\(field) may only contain letters, digits and - _ : . (an FCM registration token)", field: field)
             }

@@ -312,7 +312,7 @@ public enum RequestValidator {
     static func metadataField(_ r: ObjectReader, _ name: String, max: Int, charset: String? = nil,
                               allowed: ((UInt8) -> Bool)? = nil) throws(ContractError) -> String? {
         guard let value = try optionalText(r, name, max: max, code: .invalidRequest) else { return nil }
-        if let allowed, let charset, !value.utf8.allSatisfy(allowed) {
+        if let allowed, let charset, !Text.all(value, in: allowed) {
             throw ContractError(.invalidRequest, "\(name) may only contain \(charset)", field: name)
         }
         return value

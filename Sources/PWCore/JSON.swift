@@ -100,6 +100,8 @@ extension JSONValue {
 private struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
+    /// Whether the last string `parseString` returned was plain ASCII without escapes.
+    var lastStringWasASCII = false
 
     init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -143,6 +145,7 @@ private struct JSONParser {
         index += 1
         var members: [JSONMember] = []
         members.reserveCapacity(8)
+        var allKeysASCII = true
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -153,7 +156,12 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
             let keyOffset = index
             let key = try parseString()
-            if members.contains(where: { $0.key == key }) {
+            // ASCII keys are equal exactly when their bytes are, so a length mismatch settles it
+            // without the general (canonical-equivalence) comparison.
+            allKeysASCII = allKeysASCII && lastStringWasASCII
+            let keyLength = key.utf8.count
+            if allKeysASCII ? members.contains(where: { $0.key.utf8.count == keyLength && $0.key == key })
+                            : members.contains(where: { $0.key == key }) {
                 throw JSONParseError(message: "duplicate key \"\(key)\"", offset: keyOffset)
             }
             skipWhitespace()
@@ -228,7 +236,8 @@ private struct JSONParser {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
                 // ASCII is valid UTF-8, so only other input pays for validation.
-                if seen < 0x80 { return String(decoding: slice, as: UTF8.self) }
+                lastStringWasASCII = seen < 0x80
+                if lastStringWasASCII { return String(decoding: slice, as: UTF8.self) }
                 guard let s = String(validating: slice, as: UTF8.self) else {
                     throw JSONParseError(message: "invalid UTF-8 in string", offset: start)
                 }
@@ -240,6 +249,7 @@ private struct JSONParser {
             index += 1
         }
         // Slow path with escapes.
+        lastStringWasASCII = false
         var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let byte = bytes[index]

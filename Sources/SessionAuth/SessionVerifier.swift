@@ -320,20 +320,23 @@ public final class SessionVerifier: Sendable {
         /// Plain integers of up to 15 digits (every real timestamp), converted without `strtod`:
         /// they are exact in a Double, so the result is the one `Double(text)` gives.
         static func integer(_ text: String) -> Double? {
-            var magnitude = 0
-            var digits = 0
-            var negative = false
-            for byte in text.utf8 {
-                if byte == UInt8(ascii: "-"), digits == 0, !negative {
-                    negative = true
-                    continue
+            var text = text
+            return text.withUTF8 { bytes -> Double? in
+                var magnitude = 0
+                var digits = 0
+                var negative = false
+                for byte in bytes {
+                    if byte == UInt8(ascii: "-"), digits == 0, !negative {
+                        negative = true
+                        continue
+                    }
+                    guard byte >= 0x30, byte <= 0x39, digits < 15 else { return nil }
+                    magnitude = magnitude * 10 + Int(byte - 0x30)
+                    digits += 1
                 }
-                guard byte >= 0x30, byte <= 0x39, digits < 15 else { return nil }
-                magnitude = magnitude * 10 + Int(byte - 0x30)
-                digits += 1
+                guard digits > 0 else { return nil }
+                return negative ? -Double(magnitude) : Double(magnitude)
             }
-            guard digits > 0 else { return nil }
-            return negative ? -Double(magnitude) : Double(magnitude)
         }
 
         init(_ value: JSONValue?) {

@@ -40,6 +40,15 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse([0x22, 0x61, 0xED, 0xA0, 0x80, 0x22]) }
         #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"abc":1,"abc":2}"#) }
     }
+
+    /// Keys are compared as Swift strings (canonical equivalence), whatever path parsed them.
+    @Test func duplicateKeysIncludeCanonicallyEquivalentOnes() throws {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"K":1,"\u212a":2}"#) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("{\"K\":1,\"\u{212A}\":2}") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("{\"\u{E9}\":1,\"e\u{301}\":2}") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"a":1,"b":2,"\u0061":3}"#) }
+        #expect(try JSONValue.parse(#"{"a":1,"ab":2,"b":3}"#).objectValue?.keys == ["a", "ab", "b"])
+    }
 }
 
 @Suite struct EnvelopeTests {
