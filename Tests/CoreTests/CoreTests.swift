@@ -41,6 +41,17 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"abc":1,"abc":2}"#) }
     }
 
+    /// Lookup keeps Swift string equality: canonically equivalent keys of another length match.
+    @Test func lookupUsesCanonicalEquivalence() throws {
+        let object = try #require(try JSONValue.parse("{\"\u{212A}id\":1,\"e\u{301}\":2,\"\u{37E}\":3,\"push_token\":4}").objectValue)
+        #expect(object["Kid"] == .number("1"))
+        #expect(object["\u{E9}"] == .number("2"))
+        #expect(object[";"] == .number("3"))
+        #expect(object["push_token"] == .number("4"))
+        #expect(object["push_toke"] == nil)
+        #expect(object["kid"] == nil)
+    }
+
     /// Keys are compared as Swift strings (canonical equivalence), whatever path parsed them.
     @Test func duplicateKeysIncludeCanonicallyEquivalentOnes() throws {
         #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"K":1,"\u212a":2}"#) }
