@@ -54,13 +54,7 @@ public struct JSONObject: Sendable, Equatable {
     public init(_ members: [JSONMember] = []) { self.members = members }
 
     public subscript(key: String) -> JSONValue? {
-        get {
-            if Self.lengthDecides(key) {
-                let length = key.utf8.count
-                return members.first { $0.key.utf8.count == length && $0.key == key }?.value
-            }
-            return members.first { $0.key == key }?.value
-        }
+        get { members.first { $0.key == key }?.value }
         set {
             if let i = members.firstIndex(where: { $0.key == key }) {
                 if let newValue { members[i].value = newValue } else { members.remove(at: i) }
@@ -71,21 +65,6 @@ public struct JSONObject: Sendable, Equatable {
     }
 
     public var keys: [String] { members.map(\.key) }
-
-    /// Whether a member key of another UTF-8 length can never equal `key` (Swift compares strings
-    /// by canonical equivalence). True for ASCII without `K`, `;` and `` ` ``: the only non-ASCII
-    /// scalars that decompose canonically to ASCII are U+212A (K), U+037E (;) and U+1FEF (`), so
-    /// a key equal to such a `key` is that very ASCII text. The lookups on request paths use field
-    /// names like `push_token`, which this lets skip the general comparison for most members.
-    static func lengthDecides(_ key: String) -> Bool {
-        var key = key
-        return key.withUTF8 { bytes in
-            for byte in bytes where byte >= 0x80 || byte == UInt8(ascii: "K") || byte == UInt8(ascii: ";") || byte == UInt8(ascii: "`") {
-                return false
-            }
-            return true
-        }
-    }
 }
 
 /// Why a document is not JSON. `offset` is a byte offset into the input.
