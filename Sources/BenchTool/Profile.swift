@@ -5,14 +5,16 @@ import PWCrypto
 import PWPolicy
 import SessionAuth
 
-/// `bench-tool profile [--iterations N] [--pool N]`
+/// `bench-tool profile [--iterations N] [--pool N] [--stage all|auth|validate|hash|encode]`
 ///
 /// A CPU profiling driver for the pure-Swift work of one dedupe-hit registration, without any
 /// server or Redis: session check (HS256), body validation, the dedupe-key and fingerprint
-/// digests, and the 202 body. Prints nanoseconds per iteration. Benchmark tooling only.
+/// digests, and the 202 body. Prints nanoseconds per iteration. `--stage` times one piece alone
+/// (its inputs prepared outside the timed loop). Benchmark tooling only.
 func runProfile() throws {
     let iterations = value("--iterations").flatMap(Int.init) ?? 1_000_000
     let pool = value("--pool").flatMap(Int.init) ?? 10_000
+    let stage = value("--stage") ?? "all"
     let yaml = """
     version: 1
     apps:
@@ -65,9 +67,7 @@ func runProfile() throws {
     }
 
     var checksum = 0
-    func once(_ request: (headers: HTTPHeaders, body: [UInt8])) throws {
-        let session = try verifier.authenticate(request.headers).get()
-        let installation = try RequestValidator.installation(body: request.body, policy: app.client, contactID: session.contactID)
+    func hashes(_ installation: Installation, _ session: Session) {
         var material = Array("bench".utf8)
         material.append(0)
         material.append(contentsOf: "voyado".utf8)
@@ -88,17 +88,44 @@ func runProfile() throws {
             fingerprintMaterial.append(0)
         }
         let fingerprint = String(SHA256.hexHash(fingerprintMaterial).prefix(32))
+        checksum &+= dedupe.utf8.count &+ fingerprint.utf8.count
+    }
+    func encode() {
         let response = JSONValue.object(JSONObject([
             JSONMember("request_id", "0123456789abcdef0123456789abcdef"), JSONMember("status", "accepted"),
             JSONMember("upstreams", .object(JSONObject([JSONMember("voyado", "unchanged")]))),
         ])).encoded()
-        checksum &+= dedupe.utf8.count &+ fingerprint.utf8.count &+ response.count
+        checksum &+= response.count
+    }
+    func once(_ request: (headers: HTTPHeaders, body: [UInt8])) throws {
+        let session = try verifier.authenticate(request.headers).get()
+        let installation = try RequestValidator.installation(body: request.body, policy: app.client, contactID: session.contactID)
+        hashes(installation, session)
+        encode()
     }
 
     // Warm-up: every request once (also proves the whole pool is accepted).
-    for request in requests { try once(request) }
+    var sessions: [Session] = []
+    var installations: [Installation] = []
+    for request in requests {
+        let session = try verifier.authenticate(request.headers).get()
+        sessions.append(session)
+        installations.append(try RequestValidator.installation(body: request.body, policy: app.client, contactID: session.contactID))
+    }
     let start = DispatchTime.now().uptimeNanoseconds
-    for i in 0..<iterations { try once(requests[i % pool]) }
+    switch stage {
+    case "all": for i in 0..<iterations { try once(requests[i % pool]) }
+    case "auth": for i in 0..<iterations { checksum &+= try verifier.authenticate(requests[i % pool].headers).get().contactID.utf8.count }
+    case "validate":
+        for i in 0..<iterations {
+            let installation = try RequestValidator.installation(body: requests[i % pool].body, policy: app.client,
+                                                                 contactID: sessions[i % pool].contactID)
+            checksum &+= installation.pushToken.utf8.count
+        }
+    case "hash": for i in 0..<iterations { hashes(installations[i % pool], sessions[i % pool]) }
+    case "encode": for _ in 0..<iterations { encode() }
+    default: throw SessionConfigError("--stage must be all, auth, validate, hash or encode")
+    }
     let elapsed = DispatchTime.now().uptimeNanoseconds - start
-    print("profile: \(iterations) iterations, pool \(pool): \(Double(elapsed) / Double(iterations)) ns/iteration (checksum \(checksum))")
+    print("profile \(stage): \(iterations) iterations, pool \(pool): \(Double(elapsed) / Double(iterations)) ns/iteration (checksum \(checksum))")
 }
