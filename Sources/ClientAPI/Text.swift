@@ -33,14 +33,15 @@ enum Text {
     /// ASCII punctuation, so a byte mismatch means the character-level check fails too.
     static func hasASCIIPrefixIgnoringCase(_ s: String, _ prefix: StaticString) -> Bool {
         let n = prefix.utf8CodeUnitCount
-        var i = 0
-        for byte in s.utf8 {
-            if i == n { return true }
-            let lower = (byte >= 0x41 && byte <= 0x5A) ? byte + 0x20 : byte
-            guard lower == prefix.utf8Start[i] else { return false }
-            i += 1
+        var text = s
+        return text.withUTF8 { bytes in
+            guard bytes.count >= n else { return false }
+            for i in 0..<n {
+                let byte = bytes[i]
+                guard ((byte >= 0x41 && byte <= 0x5A) ? byte + 0x20 : byte) == prefix.utf8Start[i] else { return false }
+            }
+            return true
         }
-        return i == n
     }
 
     static func length(_ s: String) -> Int { s.unicodeScalars.count }
