@@ -13,6 +13,14 @@ func value(_ flag: String) -> String? {
     return CommandLine.arguments[i + 1]
 }
 
+if CommandLine.arguments.dropFirst().first == "profile" {
+    do { try runProfile() } catch {
+        FileHandle.standardError.write(Data("profile failed: \(error)\n".utf8))
+        exit(1)
+    }
+    exit(0)
+}
+
 guard CommandLine.arguments.dropFirst().first == "tokens", let alg = value("--alg"), let out = value("--out"),
       let count = value("--count").flatMap(Int.init), count > 0 else {
     FileHandle.standardError.write(Data("usage: bench-tool tokens --alg HS256|ES256 --count N --out FILE [--secret S] [--jwks FILE]\n".utf8))

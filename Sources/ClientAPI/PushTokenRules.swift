@@ -42,24 +42,34 @@ enum PushTokenRules {
     /// Expo's own tokens (`ExponentPushToken[...]`, `ExpoPushToken[...]`) only work through Expo's
     /// push service, which PushWarden does not talk to.
     static func isExpoToken(_ token: String) -> Bool {
+        // Most tokens fail the byte check; only a byte match pays for the character-level answer.
+        guard Text.hasASCIIPrefixIgnoringCase(token, "exponentpushtoken[") || Text.hasASCIIPrefixIgnoringCase(token, "expopushtoken[") else {
+            return false
+        }
         let lower = Text.asciiLowercased(String(token.prefix(20)))
         return lower.hasPrefix("exponentpushtoken[") || lower.hasPrefix("expopushtoken[")
     }
 
     /// `https://...`, `http:...` or anything with a `scheme://`: no provider token looks like this.
     static func looksLikeURL(_ token: String) -> Bool {
+        guard Text.hasASCIIPrefixIgnoringCase(token, "http:") || Text.hasASCIIPrefixIgnoringCase(token, "https:") else {
+            return containsSchemeSeparator(token)
+        }
         let lower = Text.asciiLowercased(String(token.prefix(8)))
         return lower.hasPrefix("https:") || lower.hasPrefix("http:") || containsSchemeSeparator(token)
     }
 
     /// Whether `://` occurs, by a byte scan (the generic substring search is slow on the hot path).
     static func containsSchemeSeparator(_ token: String) -> Bool {
-        var previous: (UInt8, UInt8) = (0, 0)
-        for byte in token.utf8 {
-            if previous == (UInt8(ascii: ":"), UInt8(ascii: "/")), byte == UInt8(ascii: "/") { return true }
-            previous = (previous.1, byte)
+        var token = token
+        return token.withUTF8 { b in
+            var i = 2
+            while i < b.count {
+                if b[i] == UInt8(ascii: "/"), b[i - 1] == UInt8(ascii: "/"), b[i - 2] == UInt8(ascii: ":") { return true }
+                i += 1
+            }
+            return false
         }
-        return false
     }
 
     /// An FCM registration token's alphabet (base64url plus `:` and `.`).
@@ -70,7 +80,7 @@ enum PushTokenRules {
     /// Even-length hex of at least 64 characters: what every APNs device token looks like.
     static func looksLikeAPNs(_ token: String) -> Bool {
         let n = token.utf8.count
-        return n >= apnsMinLength && n <= apnsMaxLength && n % 2 == 0 && token.utf8.allSatisfy(Text.isHexDigit)
+        return n >= apnsMinLength && n <= apnsMaxLength && n % 2 == 0 && Text.all(token, in: Text.isHexDigit)
     }
 
     /// Validates a registration token for `service` and returns it normalised.
@@ -106,8 +116,8 @@ enum PushTokenRules {
         switch service {
         case .apns, .apnsVoip:
             let n = token.utf8.count
-            guard token.utf8.allSatisfy(Text.isHexDigit) else {
-                if token.utf8.allSatisfy(isFCMCharacter), token.contains(":") {
+            guard Text.all(token, in: Text.isHexDigit) else {
+                if Text.all(token, in: isFCMCharacter), token.contains(":") {
                     throw ContractError(.tokenPlatformMismatch,
                                         "\(field) looks like an FCM registration token, but push_service \(service.rawValue) expects an APNs device token",
                                         field: field)
@@ -126,7 +136,7 @@ enum PushTokenRules {
                 throw ContractError(.invalidTokenFormat,
                                     "\(field) must be an FCM registration token of \(fcmMinLength) to \(fcmMaxLength) characters", field: field)
             }
-            guard token.utf8.allSatisfy(isFCMCharacter) else {
+            guard Text.all(token, in: isFCMCharacter) else {
                 throw ContractError(.invalidTokenFormat,
                                     "\(field) may only contain letters, digits and - _ : . (an FCM registration token)", field: field)
             }

@@ -281,8 +281,8 @@ public enum RequestValidator {
 
     static func readPlatform(_ raw: String?, policy: ClientPolicy) throws(ContractError) -> Platform {
         guard let raw else { throw ContractError(.invalidRequest, "platform is required", field: "platform") }
-        let enabled = Platform.allCases.filter { policy.platforms.contains($0) }.map(\.rawValue)
         guard let platform = Platform(rawValue: raw) else {
+            let enabled = Platform.allCases.filter { policy.platforms.contains($0) }.map(\.rawValue)
             let choices = enabled.isEmpty ? Platform.allCases.map(\.rawValue) : enabled
             throw ContractError(.invalidPlatform, "platform must be one of \(choices.joined(separator: ", "))", field: "platform")
         }
@@ -312,7 +312,7 @@ public enum RequestValidator {
     static func metadataField(_ r: ObjectReader, _ name: String, max: Int, charset: String? = nil,
                               allowed: ((UInt8) -> Bool)? = nil) throws(ContractError) -> String? {
         guard let value = try optionalText(r, name, max: max, code: .invalidRequest) else { return nil }
-        if let allowed, let charset, !value.utf8.allSatisfy(allowed) {
+        if let allowed, let charset, !Text.all(value, in: allowed) {
             throw ContractError(.invalidRequest, "\(name) may only contain \(charset)", field: name)
         }
         return value

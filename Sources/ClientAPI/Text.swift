@@ -5,6 +5,16 @@ enum Text {
     /// C1 controls, DEL, line/paragraph separators and the bidirectional overrides that can make a
     /// log line or an admin screen lie about what it shows.
     static func hasForbiddenCharacter(_ s: String) -> Bool {
+        // ASCII text (nearly every value) is judged byte by byte; anything else by scalars.
+        var text = s
+        let ascii: Bool? = text.withUTF8 { bytes in
+            for byte in bytes {
+                if byte >= 0x80 { return nil }
+                if byte < 0x20 || byte == 0x7F { return true }
+            }
+            return false
+        }
+        if let ascii { return ascii }
         for scalar in s.unicodeScalars {
             switch scalar.value {
             case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0xFEFF:
@@ -16,15 +26,40 @@ enum Text {
         return false
     }
 
+    /// Whether the UTF-8 of `s` starts with `prefix` (lower-case ASCII), ignoring ASCII case.
+    ///
+    /// A necessary condition for `asciiLowercased(s).hasPrefix(prefix)`: no character other than
+    /// these ASCII bytes themselves is canonically equivalent to lower-case letters, digits or
+    /// ASCII punctuation, so a byte mismatch means the character-level check fails too.
+    static func hasASCIIPrefixIgnoringCase(_ s: String, _ prefix: StaticString) -> Bool {
+        let n = prefix.utf8CodeUnitCount
+        var text = s
+        return text.withUTF8 { bytes in
+            guard bytes.count >= n else { return false }
+            for i in 0..<n {
+                let byte = bytes[i]
+                guard ((byte >= 0x41 && byte <= 0x5A) ? byte + 0x20 : byte) == prefix.utf8Start[i] else { return false }
+            }
+            return true
+        }
+    }
+
     static func length(_ s: String) -> Int { s.unicodeScalars.count }
 
     /// Printable ASCII without space (0x21...0x7E).
     static func isVisibleASCII(_ s: String) -> Bool {
-        s.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }
+        all(s) { $0 >= 0x21 && $0 <= 0x7E }
     }
 
+    /// Whether every UTF-8 byte of `s` passes `allowed`, read from contiguous storage (iterating
+    /// `String.UTF8View` costs several times more per byte on these hot paths).
+    @inline(__always)
     static func all(_ s: String, in allowed: (UInt8) -> Bool) -> Bool {
-        s.utf8.allSatisfy(allowed)
+        var text = s
+        return text.withUTF8 { bytes in
+            for byte in bytes where !allowed(byte) { return false }
+            return true
+        }
     }
 
     static func isAlnum(_ b: UInt8) -> Bool {

@@ -45,17 +45,19 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
     /// ASCII case-insensitive comparison, without allocating.
     public static func equalsIgnoringCase(_ a: String, _ b: String) -> Bool {
-        var ai = a.utf8.makeIterator()
-        var bi = b.utf8.makeIterator()
-        while true {
-            switch (ai.next(), bi.next()) {
-            case (nil, nil): return true
-            case let (x?, y?):
-                let lx = (x >= 0x41 && x <= 0x5A) ? x | 0x20 : x
-                let ly = (y >= 0x41 && y <= 0x5A) ? y | 0x20 : y
-                if lx != ly { return false }
-            default: return false
+        guard a.utf8.count == b.utf8.count else { return false }
+        var left = a
+        var right = b
+        return left.withUTF8 { x in
+            right.withUTF8 { y in
+                for i in 0..<x.count where lowered(x[i]) != lowered(y[i]) { return false }
+                return true
             }
         }
+    }
+
+    @inline(__always)
+    private static func lowered(_ byte: UInt8) -> UInt8 {
+        (byte >= 0x41 && byte <= 0x5A) ? byte | 0x20 : byte
     }
 }

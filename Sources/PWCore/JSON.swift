@@ -100,6 +100,8 @@ extension JSONValue {
 private struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
+    /// Whether the last string `parseString` returned was plain ASCII without escapes.
+    var lastStringWasASCII = false
 
     init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -142,6 +144,8 @@ private struct JSONParser {
         guard depth <= JSONValue.maxDepth else { throw error("nesting too deep") }
         index += 1
         var members: [JSONMember] = []
+        members.reserveCapacity(8)
+        var allKeysASCII = true
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -152,7 +156,12 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
             let keyOffset = index
             let key = try parseString()
-            if members.contains(where: { $0.key == key }) {
+            // ASCII keys are equal exactly when their bytes are, so a length mismatch settles it
+            // without the general (canonical-equivalence) comparison.
+            allKeysASCII = allKeysASCII && lastStringWasASCII
+            let keyLength = key.utf8.count
+            if allKeysASCII ? members.contains(where: { $0.key.utf8.count == keyLength && $0.key == key })
+                            : members.contains(where: { $0.key == key }) {
                 throw JSONParseError(message: "duplicate key \"\(key)\"", offset: keyOffset)
             }
             skipWhitespace()
@@ -220,11 +229,15 @@ private struct JSONParser {
         index += 1  // opening quote
         let start = index
         // Fast path: no escapes, plain ASCII or valid UTF-8.
+        var seen: UInt8 = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
+                // ASCII is valid UTF-8, so only other input pays for validation.
+                lastStringWasASCII = seen < 0x80
+                if lastStringWasASCII { return String(decoding: slice, as: UTF8.self) }
                 guard let s = String(validating: slice, as: UTF8.self) else {
                     throw JSONParseError(message: "invalid UTF-8 in string", offset: start)
                 }
@@ -232,9 +245,11 @@ private struct JSONParser {
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw error("control character in string") }
+            seen |= byte
             index += 1
         }
         // Slow path with escapes.
+        lastStringWasASCII = false
         var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let byte = bytes[index]
@@ -344,21 +359,39 @@ extension JSONValue {
     }
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
-            switch byte {
-            case 0x22: out.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F:
-                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default: out.append(byte)
+        var text = s
+        text.withUTF8 { bytes in
+            // Runs of bytes that need no escape are copied in one go.
+            var runStart = 0
+            for i in 0..<bytes.count {
+                let byte = bytes[i]
+                guard byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F else { continue }
+                if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
+                runStart = i + 1
+                out.append(0x5C)
+                switch byte {
+                case 0x22: out.append(0x22)
+                case 0x5C: out.append(0x5C)
+                case 0x0A: out.append(UInt8(ascii: "n"))
+                case 0x0D: out.append(UInt8(ascii: "r"))
+                case 0x09: out.append(UInt8(ascii: "t"))
+                default:
+                    out.append(UInt8(ascii: "u"))
+                    out.append(0x30)
+                    out.append(0x30)
+                    out.append(hexDigit(byte >> 4))
+                    out.append(hexDigit(byte & 0xF))
+                }
             }
+            if runStart < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    @inline(__always)
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 &+ nibble : 0x61 &+ (nibble &- 10)
     }
 }
 

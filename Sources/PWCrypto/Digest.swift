@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 
 /// Algorithm objects fetched once from OpenSSL's default provider.
 ///
@@ -19,6 +20,51 @@ final class FetchedAlgorithms: @unchecked Sendable {
 
 let fetched = FetchedAlgorithms()
 
+/// One `EVP_MD_CTX`, owned: created in `init`, freed (and cleansed) in `deinit`.
+///
+/// - Important: not for concurrent use; `DigestContexts` hands each one to one caller at a time,
+///   which is what makes the `@unchecked Sendable` hand-over between threads sound.
+final class DigestContext: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    init() {
+        guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed") }
+        pointer = ctx
+    }
+
+    deinit { EVP_MD_CTX_free(pointer) }
+}
+
+/// Digest contexts kept for reuse. Every SHA-256 and HMAC on the request path would otherwise
+/// allocate and free a context (and OpenSSL's provider state behind it), which costs more than
+/// hashing a short message. Thread-safe: a context is taken out under the lock and put back after
+/// use, so no two threads ever share one; at most `capacity` idle contexts are kept.
+enum DigestContexts {
+    private static let idle = Mutex<[DigestContext]>([])
+    private static let capacity = 64
+
+    /// Runs `body` with a context that no other thread uses meanwhile. `body` must leave no
+    /// pointer to it behind; it may leave the context in any state (each use starts with
+    /// `EVP_DigestInit_ex`).
+    static func with<R>(_ body: (OpaquePointer) -> R) -> R {
+        let context = idle.withLock { $0.popLast() } ?? DigestContext()
+        defer { idle.withLock { if $0.count < capacity { $0.append(context) } } }
+        return body(context.pointer)
+    }
+}
+
+/// SHA-256 of `input` into `out` (32 bytes) with a reused context.
+private func sha256(_ input: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) {
+    DigestContexts.with { ctx in
+        var length: UInt32 = 0
+        guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
+              EVP_DigestUpdate(ctx, input.baseAddress, input.count) == 1,
+              EVP_DigestFinal_ex(ctx, out, &length) == 1, length == UInt32(SHA256.byteCount) else {
+            fatalError("SHA-256 failed: \(drainOpenSSLErrors())")
+        }
+    }
+}
+
 /// Calls `body` with a contiguous view of `bytes`, copying only when the collection has no
 /// contiguous storage.
 @inline(__always)
@@ -34,31 +80,42 @@ public enum SHA256 {
     public static func hash(_ bytes: some Collection<UInt8>) -> [UInt8] {
         withContiguousBytes(bytes) { input in
             [UInt8](unsafeUninitializedCapacity: byteCount) { out, count in
-                var length: UInt32 = 0
-                guard EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, fetched.sha256, nil) == 1,
-                      length == UInt32(byteCount) else {
-                    fatalError("SHA-256 failed: \(drainOpenSSLErrors())")
-                }
+                sha256(input, into: out.baseAddress!)
                 count = byteCount
             }
         }
     }
 
     /// The digest as lowercase hex, e.g. for log-safe token fingerprints.
-    public static func hexHash(_ bytes: some Collection<UInt8>) -> String { Hex.encode(hash(bytes)) }
+    public static func hexHash(_ bytes: some Collection<UInt8>) -> String {
+        withContiguousBytes(bytes) { input in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: byteCount) { digest in
+                sha256(input, into: digest.baseAddress!)
+                return Hex.encode(buffer: UnsafeBufferPointer(digest))
+            }
+        }
+    }
 }
 
 public enum Hex {
     /// Lowercase hex of `bytes`.
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            out.append(digits.utf8Start[Int(b >> 4)])
-            out.append(digits.utf8Start[Int(b & 0x0F)])
+        withContiguousBytes(bytes) { encode(buffer: $0) }
+    }
+
+    static func encode(buffer bytes: UnsafeBufferPointer<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            for (i, b) in bytes.enumerated() {
+                out[2 * i] = digit(b >> 4)
+                out[2 * i + 1] = digit(b & 0x0F)
+            }
+            return bytes.count * 2
         }
-        return String(decoding: out, as: UTF8.self)
+    }
+
+    @inline(__always)
+    private static func digit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 &+ nibble : 0x61 &+ (nibble &- 10)
     }
 }
 
@@ -66,11 +123,8 @@ public enum Hex {
 ///
 /// It runs on every HS256 session check, so it avoids OpenSSL's `EVP_MAC` path, which fetches
 /// the digest by name on each `EVP_MAC_init` and allocates a context per inner hash. Here a call
-/// allocates one `EVP_MD_CTX` (reused for the inner and outer hash) and the 32-byte result;
-/// the padded key blocks live on the stack.
-///
-/// - Note: a later optimisation is a per-thread reusable `EVP_MD_CTX` (or a per-key context
-///   precomputed after the pad blocks, copied per call), which removes the remaining allocation.
+/// borrows one reused `EVP_MD_CTX` (for the inner and the outer hash) from `DigestContexts` and
+/// allocates only the 32-byte result; the padded key blocks live on the stack and are zeroed.
 public enum HMACSHA256 {
     public static let byteCount = 32
     private static let blockSize = 64
@@ -90,23 +144,23 @@ public enum HMACSHA256 {
                 }
                 defer { scratch.update(repeating: 0) }
 
-                guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed") }
-                defer { EVP_MD_CTX_free(ctx) }
-                var length: UInt32 = 0
-                guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
-                      EVP_DigestUpdate(ctx, ipad.baseAddress, blockSize) == 1,
-                      EVP_DigestUpdate(ctx, input.baseAddress, input.count) == 1,
-                      EVP_DigestFinal_ex(ctx, inner.baseAddress, &length) == 1 else {
-                    fatalError("HMAC-SHA-256 inner hash failed: \(drainOpenSSLErrors())")
-                }
-                return [UInt8](unsafeUninitializedCapacity: byteCount) { out, count in
+                return DigestContexts.with { ctx in
+                    var length: UInt32 = 0
                     guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
-                          EVP_DigestUpdate(ctx, opad.baseAddress, blockSize) == 1,
-                          EVP_DigestUpdate(ctx, inner.baseAddress, byteCount) == 1,
-                          EVP_DigestFinal_ex(ctx, out.baseAddress, &length) == 1 else {
-                        fatalError("HMAC-SHA-256 outer hash failed: \(drainOpenSSLErrors())")
+                          EVP_DigestUpdate(ctx, ipad.baseAddress, blockSize) == 1,
+                          EVP_DigestUpdate(ctx, input.baseAddress, input.count) == 1,
+                          EVP_DigestFinal_ex(ctx, inner.baseAddress, &length) == 1 else {
+                        fatalError("HMAC-SHA-256 inner hash failed: \(drainOpenSSLErrors())")
                     }
-                    count = byteCount
+                    return [UInt8](unsafeUninitializedCapacity: byteCount) { out, count in
+                        guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,
+                              EVP_DigestUpdate(ctx, opad.baseAddress, blockSize) == 1,
+                              EVP_DigestUpdate(ctx, inner.baseAddress, byteCount) == 1,
+                              EVP_DigestFinal_ex(ctx, out.baseAddress, &length) == 1 else {
+                            fatalError("HMAC-SHA-256 outer hash failed: \(drainOpenSSLErrors())")
+                        }
+                        count = byteCount
+                    }
                 }
             }
         }

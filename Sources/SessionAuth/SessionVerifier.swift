@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import PWCore
 import PWCrypto
 import PWPolicy
@@ -160,38 +163,60 @@ public final class SessionVerifier: Sendable {
     /// Finds the session token in `headers` (the policy's header as `Bearer <jwt>`, else the
     /// policy's cookie) and verifies it.
     public func authenticate(_ headers: HTTPHeaders) -> Result<Session, AuthFailure> {
-        switch token(in: headers) {
-        case .success(let token): return verify(token: token)
-        case .failure(let failure): return .failure(failure)
-        }
-    }
-
-    private func token(in headers: HTTPHeaders) -> Result<String, AuthFailure> {
         var headerProblem: String?
         if let name = policy.header {
-            let values = headers.values(name)
-            if values.count > 1 { return .failure(AuthFailure("several \(name) headers")) }
-            if let value = values.first {
-                if let token = Self.bearerToken(value) { return .success(token) }
+            var found: String?
+            for field in headers where HTTPHeaders.equalsIgnoringCase(field.name, name) {
+                if found != nil { return .failure(AuthFailure("several \(name) headers")) }
+                found = field.value
+            }
+            if var value = found {
+                // The token is verified where it lies in the header value, without a copy.
+                let verified = value.withUTF8 { bytes -> Result<Session, AuthFailure>? in
+                    guard let token = Self.bearerToken(in: bytes) else { return nil }
+                    return verify(bytes: UnsafeBufferPointer(rebasing: bytes[token]))
+                }
+                if let verified { return verified }
                 headerProblem = "\(name) header is not a Bearer token"
             }
         }
         if let cookie = policy.cookie, let token = Self.cookie(named: cookie, in: headers.values("Cookie")) {
-            return .success(token)
+            return verify(token: token)
         }
         return .failure(AuthFailure(headerProblem ?? "no session token"))
     }
 
-    /// The credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive), or nil.
-    static func bearerToken(_ value: String) -> String? {
-        let trimmed = value.utf8.drop { $0 == 0x20 || $0 == 0x09 }
-        guard let space = trimmed.firstIndex(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
-        guard HTTPHeaders.equalsIgnoringCase(String(Substring(trimmed[..<space])), "Bearer") else { return nil }
-        let credentials = trimmed[space...].drop { $0 == 0x20 || $0 == 0x09 }
-        var token = Substring(credentials)
-        while let last = token.utf8.last, last == 0x20 || last == 0x09 { token = token.dropLast() }
-        guard !token.isEmpty, !token.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) else { return nil }
-        return String(token)
+    /// The index of the first `byte` in `bytes` at or after `start`, or `bytes.count`.
+    static func find(_ byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        guard start < bytes.count, let base = bytes.baseAddress,
+              let hit = memchr(base + start, Int32(byte), bytes.count - start) else { return bytes.count }
+        return base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// Where the credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive)
+    /// lie in a header value's UTF-8, or nil when the value is not of that form.
+    static func bearerToken(in b: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        func isOWS(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        var i = 0
+        while i < b.count, isOWS(b[i]) { i += 1 }
+        let schemeStart = i
+        while i < b.count, !isOWS(b[i]) { i += 1 }
+        guard i < b.count else { return nil }
+        let scheme: StaticString = "bearer"
+        guard i - schemeStart == scheme.utf8CodeUnitCount else { return nil }
+        for k in 0..<scheme.utf8CodeUnitCount {
+            let c = b[schemeStart + k]
+            guard ((c >= 0x41 && c <= 0x5A) ? c | 0x20 : c) == scheme.utf8Start[k] else { return nil }
+        }
+        while i < b.count, isOWS(b[i]) { i += 1 }
+        var end = b.count
+        while end > i, isOWS(b[end - 1]) { end -= 1 }
+        guard end > i else { return nil }
+        let credentials = UnsafeBufferPointer(rebasing: b[i..<end])
+        guard find(0x20, in: credentials, from: 0) == credentials.count, find(0x09, in: credentials, from: 0) == credentials.count else {
+            return nil
+        }
+        return i..<end
     }
 
     /// The first non-empty value of cookie `name` across `Cookie` header fields (RFC 6265,
@@ -221,27 +246,35 @@ public final class SessionVerifier: Sendable {
 
     /// Verifies one compact JWS token: structure, header, signature, then claims.
     public func verify(token: String) -> Result<Session, AuthFailure> {
+        var token = token
+        return token.withUTF8 { verify(bytes: $0) }
+    }
+
+    /// `verify(token:)` over the token's UTF-8, so segments are sliced and decoded in place.
+    private func verify(bytes: UnsafeBufferPointer<UInt8>) -> Result<Session, AuthFailure> {
         func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
 
-        let utf8 = token.utf8
-        guard utf8.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
-        // Three segments split by a scan for '.', without the generic split's arrays.
-        guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 1 parts, not 3") }
-        let afterFirst = utf8.index(after: firstDot)
-        guard let secondDot = utf8[afterFirst...].firstIndex(of: UInt8(ascii: ".")) else { return fail("token has 2 parts, not 3") }
-        let afterSecond = utf8.index(after: secondDot)
-        if let extra = utf8[afterSecond...].firstIndex(of: UInt8(ascii: ".")) {
-            let more = utf8[utf8.index(after: extra)...].filter { $0 == UInt8(ascii: ".") }.count
-            return fail("token has \(4 + more) parts, not 3")
+        guard bytes.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
+        // Three segments split at '.' (memchr scans a token's few hundred bytes fastest).
+        let firstDot = Self.find(UInt8(ascii: "."), in: bytes, from: 0)
+        let secondDot = Self.find(UInt8(ascii: "."), in: bytes, from: firstDot + 1)
+        guard firstDot < bytes.count else { return fail("token has 1 parts, not 3") }
+        guard secondDot < bytes.count else { return fail("token has 2 parts, not 3") }
+        var dots = 2
+        var next = Self.find(UInt8(ascii: "."), in: bytes, from: secondDot + 1)
+        while next < bytes.count {
+            dots += 1
+            next = Self.find(UInt8(ascii: "."), in: bytes, from: next + 1)
         }
-        guard !utf8.contains(UInt8(ascii: "=")) else { return fail("base64url padding in token") }
-        let headerText = Substring(utf8[utf8.startIndex..<firstDot])
-        let payloadText = Substring(utf8[afterFirst..<secondDot])
-        let signatureText = Substring(utf8[afterSecond...])
+        guard dots == 2 else { return fail("token has \(dots + 1) parts, not 3") }
+        guard Self.find(UInt8(ascii: "="), in: bytes, from: 0) == bytes.count else { return fail("base64url padding in token") }
+        let headerBytes = UnsafeBufferPointer(rebasing: bytes[0..<firstDot])
+        let payloadBytes = UnsafeBufferPointer(rebasing: bytes[(firstDot + 1)..<secondDot])
+        let signatureBytes = UnsafeBufferPointer(rebasing: bytes[(secondDot + 1)...])
 
         // Header: every token from one issuer carries the same one, so its checked form is cached.
         let header: CheckedHeader
-        switch headers.checked(headerText, allowed: allowed) {
+        switch headers.checked(headerBytes, allowed: allowed) {
         case .success(let checked): header = checked
         case .failure(let failure): return .failure(failure)
         }
@@ -249,9 +282,9 @@ public final class SessionVerifier: Sendable {
         let kid = header.kid
 
         // Signature over the ASCII of "header.payload".
-        guard let signature = Base64URL.decode(signatureText) else { return fail("signature is not base64url") }
+        guard let signature = Base64URL.decode(bytes: signatureBytes) else { return fail("signature is not base64url") }
         guard !signature.isEmpty else { return fail("missing signature") }
-        let signingInput = utf8[utf8.startIndex..<secondDot]
+        let signingInput = UnsafeBufferPointer(rebasing: bytes[0..<secondDot])
         switch alg {
         case .hs256:
             guard let secret = hmacSecret else { return fail("no HMAC secret for HS256") }
@@ -272,8 +305,8 @@ public final class SessionVerifier: Sendable {
         }
 
         // Claims, only once the signature holds.
-        guard let payloadBytes = Base64URL.decode(payloadText) else { return fail("payload is not base64url") }
-        guard let claims = (try? JSONValue.parse(payloadBytes))?.objectValue else { return fail("payload is not a JSON object") }
+        guard let payload = Base64URL.decode(bytes: payloadBytes) else { return fail("payload is not base64url") }
+        guard let claims = (try? JSONValue.parse(payload))?.objectValue else { return fail("payload is not a JSON object") }
         return check(claims)
     }
 
@@ -295,11 +328,39 @@ public final class SessionVerifier: Sendable {
     private enum NumericDate {
         case absent, invalid, value(Double)
 
+        /// Plain integers of up to 15 digits (every real timestamp), converted without `strtod`:
+        /// they are exact in a Double, so the result is the one `Double(text)` gives.
+        static func integer(_ text: String) -> Double? {
+            var text = text
+            return text.withUTF8 { bytes -> Double? in
+                var magnitude = 0
+                var digits = 0
+                var negative = false
+                for byte in bytes {
+                    if byte == UInt8(ascii: "-"), digits == 0, !negative {
+                        negative = true
+                        continue
+                    }
+                    guard byte >= 0x30, byte <= 0x39, digits < 15 else { return nil }
+                    magnitude = magnitude * 10 + Int(byte - 0x30)
+                    digits += 1
+                }
+                guard digits > 0 else { return nil }
+                return negative ? -Double(magnitude) : Double(magnitude)
+            }
+        }
+
         init(_ value: JSONValue?) {
             switch value {
             case nil: self = .absent
             case .number(let text)?:
-                if let v = Double(text), v.isFinite { self = .value(v) } else { self = .invalid }
+                if let v = Self.integer(text) {
+                    self = .value(v)
+                } else if let v = Double(text), v.isFinite {
+                    self = .value(v)
+                } else {
+                    self = .invalid
+                }
             default: self = .invalid
             }
         }
@@ -349,10 +410,17 @@ public final class SessionVerifier: Sendable {
             return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
-        guard contact.unicodeScalars.count <= Self.maxContactIDLength else {
+        // ASCII (the usual contact id) is measured and checked byte by byte: there a byte is a scalar.
+        var ascii = true, asciiControl = false
+        for byte in contact.utf8 {
+            if byte >= 0x80 { ascii = false; break }
+            if byte < 0x20 || byte == 0x7F { asciiControl = true }
+        }
+        let length = ascii ? contact.utf8.count : contact.unicodeScalars.count
+        guard length <= Self.maxContactIDLength else {
             return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
         }
-        guard !contact.unicodeScalars.contains(where: Self.isControl) else {
+        guard !(ascii ? asciiControl : contact.unicodeScalars.contains(where: Self.isControl)) else {
             return fail("contact claim \(claimName) contains a control character")
         }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
@@ -406,13 +474,22 @@ final class HeaderCache: Sendable {
     private let entries = Mutex<[(text: String, header: CheckedHeader)]>([])
     private let capacity = 8
 
-    func checked(_ text: Substring, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
-        if let hit = entries.withLock({ list in list.first { $0.text == text }?.header }) { return .success(hit) }
-        let result = CheckedHeader.check(text, allowed: allowed)
+    func checked(_ text: UnsafeBufferPointer<UInt8>, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
+        let hit = entries.withLock { list in
+            list.first { entry in
+                var stored = entry.text
+                return stored.withUTF8 { known in
+                    known.count == text.count && (known.isEmpty || memcmp(known.baseAddress!, text.baseAddress!, known.count) == 0)
+                }
+            }?.header
+        }
+        if let hit { return .success(hit) }
+        let string = String(decoding: text, as: UTF8.self)
+        let result = CheckedHeader.check(Substring(string), allowed: allowed)
         if case .success(let header) = result {
             entries.withLock { list in
                 if list.count >= capacity { list.removeFirst() }
-                list.append((String(text), header))
+                list.append((string, header))
             }
         }
         return result

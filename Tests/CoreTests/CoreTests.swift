@@ -30,6 +30,35 @@ import Testing
 
     @Test func escapesControlCharactersWhenEncoding() {
         #expect(JSONValue.string("a\"b\\c\u{01}").encodedString() == #""a\"b\\c\u0001""#)
+        #expect(JSONValue.string("\n\r\t\u{1F}\u{7F}é/").encodedString() == #""\n\r\t\u001f\u007fé/""#)
+        #expect(JSONValue.object(JSONObject([JSONMember("k\"", "")])).encodedString() == #"{"k\"":""}"#)
+    }
+
+    @Test func validatesNonASCIIStringsAndKeys() throws {
+        #expect(try JSONValue.parse(Array(#"{"é":"ü"}"#.utf8)) == .object(JSONObject([JSONMember("é", "ü")])))
+        #expect(throws: JSONParseError.self) { try JSONValue.parse([0x7B, 0x22, 0xC3, 0x22, 0x3A, 0x31, 0x7D]) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse([0x22, 0x61, 0xED, 0xA0, 0x80, 0x22]) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"abc":1,"abc":2}"#) }
+    }
+
+    /// Lookup keeps Swift string equality: canonically equivalent keys of another length match.
+    @Test func lookupUsesCanonicalEquivalence() throws {
+        let object = try #require(try JSONValue.parse("{\"\u{212A}id\":1,\"e\u{301}\":2,\"\u{37E}\":3,\"push_token\":4}").objectValue)
+        #expect(object["Kid"] == .number("1"))
+        #expect(object["\u{E9}"] == .number("2"))
+        #expect(object[";"] == .number("3"))
+        #expect(object["push_token"] == .number("4"))
+        #expect(object["push_toke"] == nil)
+        #expect(object["kid"] == nil)
+    }
+
+    /// Keys are compared as Swift strings (canonical equivalence), whatever path parsed them.
+    @Test func duplicateKeysIncludeCanonicallyEquivalentOnes() throws {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"K":1,"\u212a":2}"#) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("{\"K\":1,\"\u{212A}\":2}") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse("{\"\u{E9}\":1,\"e\u{301}\":2}") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"a":1,"b":2,"\u0061":3}"#) }
+        #expect(try JSONValue.parse(#"{"a":1,"ab":2,"b":3}"#).objectValue?.keys == ["a", "ab", "b"])
     }
 }
 
@@ -60,6 +89,54 @@ import Testing
         #expect(Base64URL.decode("a") == nil)
         #expect(Base64URL.decode("ab c") == nil)
     }
+
+    @Test func refusesNonCanonicalTailsAndStrayCharacters() {
+        #expect(Base64URL.decode("QQ") == [0x41])
+        #expect(Base64URL.decode("QR") == nil)  // low four bits of the last character set
+        #expect(Base64URL.decode("QUI") == [0x41, 0x42])
+        #expect(Base64URL.decode("QUJ") == nil)  // low two bits set
+        #expect(Base64URL.decode("QUJD==") == [0x41, 0x42, 0x43])  // trailing padding tolerated
+        #expect(Base64URL.decode("QU=D") == nil)
+        #expect(Base64URL.decode("QUJDQU.") == nil)
+        #expect(Base64URL.decode("QUJDQ\u{e9}") == nil)
+        #expect(Base64URL.decode("") == [])
+    }
+
+    /// The decoder against a plain bit-by-bit reference, over every string of up to three
+    /// characters from a small alphabet that includes invalid characters.
+    @Test func agreesWithAReferenceDecoder() {
+        let alphabet = Array("AQgw_-09z=.+".utf8)
+        func reference(_ text: [UInt8]) -> [UInt8]? {
+            var text = text
+            while text.last == UInt8(ascii: "=") { text.removeLast() }
+            if text.count % 4 == 1 { return nil }
+            let table = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+            var out: [UInt8] = []
+            var buffer: UInt32 = 0
+            var bits = 0
+            for c in text {
+                guard let v = table.firstIndex(of: c) else { return nil }
+                buffer = buffer << 6 | UInt32(v)
+                bits += 6
+                if bits >= 8 {
+                    bits -= 8
+                    out.append(UInt8((buffer >> UInt32(bits)) & 0xFF))
+                }
+            }
+            if bits > 0, buffer & ((1 << UInt32(bits)) - 1) != 0 { return nil }
+            return out
+        }
+        var inputs: [[UInt8]] = [[]]
+        var frontier: [[UInt8]] = [[]]
+        for _ in 0..<3 {
+            frontier = frontier.flatMap { prefix in alphabet.map { prefix + [$0] } }
+            inputs += frontier
+        }
+        for input in inputs {
+            let text = "QUJD" + String(decoding: input, as: UTF8.self)
+            #expect(Base64URL.decode(text) == reference(Array(text.utf8)), "\(text)")
+        }
+    }
 }
 
 @Suite struct HeadersTests {
@@ -69,5 +146,14 @@ import Testing
         headers.set("CONTENT-TYPE", "text/plain")
         #expect(headers.count == 1)
         #expect(headers["Content-Type"] == "text/plain")
+    }
+
+    @Test func comparisonFoldsASCIIOnly() {
+        #expect(HTTPHeaders.equalsIgnoringCase("X-Request-Id", "x-request-ID"))
+        #expect(!HTTPHeaders.equalsIgnoringCase("X-Request-Id", "X-Request-I"))
+        #expect(!HTTPHeaders.equalsIgnoringCase("a", "b"))
+        #expect(!HTTPHeaders.equalsIgnoringCase("[", "{"))  // 0x5B | 0x20 is 0x7B: only A-Z fold
+        #expect(!HTTPHeaders.equalsIgnoringCase("é", "É"))
+        #expect(HTTPHeaders.equalsIgnoringCase("", ""))
     }
 }

@@ -229,6 +229,10 @@ struct RefusedTokenTests {
         #expect(failureReason(v.verify(token: "\(parts[0]).\(parts[1])")) == "token has 2 parts, not 3")
         #expect(failureReason(v.verify(token: "\(token).\(parts[2])")) == "token has 4 parts, not 3")
         #expect(failureReason(v.verify(token: "")) == "token has 1 parts, not 3")
+        #expect(failureReason(v.verify(token: parts[0])) == "token has 1 parts, not 3")
+        #expect(failureReason(v.verify(token: "\(token)..")) == "token has 5 parts, not 3")
+        #expect(failureReason(v.verify(token: "..")) != nil)
+        #expect(failureReason(v.verify(token: "=\(token).")) == "token has 4 parts, not 3")
         // Padding is refused even where the plain decoder would tolerate it.
         #expect(failureReason(v.verify(token: "\(parts[0])==.\(parts[1]).\(parts[2])")) == "base64url padding in token")
         #expect(failureReason(v.verify(token: "\(parts[0]).\(parts[1]).\(parts[2])=")) == "base64url padding in token")
@@ -252,6 +256,10 @@ struct RefusedTokenTests {
         #expect(failureReason(v.authenticate(["Authorization": "Token \(token)"])) == "Authorization header is not a Bearer token")
         #expect(failureReason(v.authenticate(["Authorization": "Bearer"])) == "Authorization header is not a Bearer token")
         #expect(failureReason(v.authenticate(["Authorization": "Bearer a b"])) == "Authorization header is not a Bearer token")
+        #expect(failureReason(v.authenticate(["Authorization": "Bearer a\tb"])) == "Authorization header is not a Bearer token")
+        #expect(failureReason(v.authenticate(["Authorization": "Bearer\t \t"])) == "Authorization header is not a Bearer token")
+        #expect(failureReason(v.authenticate(["Authorization": "Bearers \(token)"])) == "Authorization header is not a Bearer token")
+        #expect(try v.authenticate(["Authorization": " \tBEARER\t\(token) \t"]).get().contactID == "contact-42")
         #expect(failureReason(v.authenticate(["Authorization": token])) == "Authorization header is not a Bearer token")
         #expect(failureReason(v.authenticate(["Authorization": "Bearer \(token)", "authorization": "Bearer \(token)"]))
             == "several Authorization headers")
@@ -287,6 +295,41 @@ struct RefusedTokenTests {
         #expect(try reason(["contact_id": "\"\(String(repeating: "x", count: 257))\""])
             == "contact claim contact_id is longer than 256 characters")
         #expect(try reason(["contact_id": "\"\(String(repeating: "é", count: 256))\""]) == nil)
+    }
+
+    /// Every JSON number form a NumericDate can take, integers (read without strtod) and the rest.
+    @Test func numericDateForms() throws {
+        let f = try Fixture.get()
+        let v = try verifier(jwtPolicy([.es256]), jwks: f.jwks)
+        func reason(_ overrides: [String: String?]) throws -> String? {
+            failureReason(v.verify(token: try f.token(header: ecHeader, payload: payload(overrides), keyFile: "ec.pem")))
+        }
+        let now = Int(testNow)
+        #expect(try reason(["exp": "\(now - 31).5"]) == "expired")
+        #expect(try reason(["exp": "\(now - 30).5"]) == nil)
+        #expect(try reason(["exp": "\(now + 600).0e0"]) == nil)
+        #expect(try reason(["exp": "-1"]) == "expired")
+        #expect(try reason(["exp": "-0"]) == "expired")
+        #expect(try reason(["exp": "1000000000000000000000"]) == nil)
+        #expect(try reason(["exp": "1e400"]) == "exp is not a number")
+        #expect(try reason(["nbf": "\(now + 31)"]) == "not yet valid (nbf)")
+        #expect(try reason(["nbf": "\(now + 30)"]) == nil)
+        #expect(try reason(["iat": "\(now + 30)"]) == nil)
+        #expect(try reason(["iat": "\(now + 30).001"]) == "issued in the future (iat)")
+        #expect(try reason(["iat": "-\(now)"]) == nil)
+    }
+
+    @Test func contactControlCharacters() throws {
+        let f = try Fixture.get()
+        let v = try verifier(jwtPolicy([.es256]), jwks: f.jwks)
+        func reason(_ contact: String) throws -> String? {
+            failureReason(v.verify(token: try f.token(header: ecHeader, payload: payload(["contact_id": contact]), keyFile: "ec.pem")))
+        }
+        for control in [#""a\u007fb""#, #""a\u0085b""#, #""é\u0001""#, #""a\u2028""#, #""\t""#] {
+            #expect(try reason(control) == "contact claim contact_id contains a control character", "\(control)")
+        }
+        #expect(try reason("\"\(String(repeating: "x", count: 256))\"") == nil)
+        #expect(try reason("\"\(String(repeating: "é", count: 257))\"") == "contact claim contact_id is longer than 256 characters")
     }
 
     /// Leeway boundaries with a fixed clock: exp = nbf = iat = T, leeway 30 s.
