@@ -611,20 +611,29 @@ enum RequestID {
 enum Fingerprint {
     static func of(_ installation: Installation, contactID: String, settings: String) -> String {
         let m = installation.metadata
-        let parts: [String?] = [
-            installation.platform.rawValue, installation.pushService.rawValue, installation.pushToken,
-            installation.webPushKeys?.p256dh, installation.webPushKeys?.auth, installation.environment.rawValue,
-            installation.installationID, m.appVersion, m.osVersion, m.deviceModel, m.locale, m.timezone,
-            contactID, settings,
-        ]
         var material: [UInt8] = []
-        material.reserveCapacity(256)
-        for part in parts {
+        material.reserveCapacity(320)
+        func add(_ part: String?) {
             // A 0x01 marks absence, so nil and "" differ; 0x00 separates fields.
             if let part { material.append(contentsOf: part.utf8) } else { material.append(1) }
             material.append(0)
         }
-        return String(SHA256.hexHash(material).prefix(32))
+        add(installation.platform.rawValue)
+        add(installation.pushService.rawValue)
+        add(installation.pushToken)
+        add(installation.webPushKeys?.p256dh)
+        add(installation.webPushKeys?.auth)
+        add(installation.environment.rawValue)
+        add(installation.installationID)
+        add(m.appVersion)
+        add(m.osVersion)
+        add(m.deviceModel)
+        add(m.locale)
+        add(m.timezone)
+        add(contactID)
+        add(settings)
+        // The first 16 bytes as hex: the first 32 hex digits of the digest.
+        return Hex.encode(SHA256.hash(material).prefix(16))
     }
 }
 
