@@ -191,3 +191,19 @@ public func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0 }
     }
 }
+
+/// SHA-1, only where a protocol names it as an identifier (Redis addresses cached Lua scripts by
+/// their SHA-1); never for security. Thread-safe.
+public enum SHA1 {
+    public static func hexHash(_ bytes: some Collection<UInt8>) -> String {
+        withContiguousBytes(bytes) { input in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digest in
+                var length: UInt32 = 0
+                guard EVP_Digest(input.baseAddress, input.count, digest.baseAddress, &length, EVP_sha1(), nil) == 1, length == 20 else {
+                    fatalError("SHA-1 failed: \(drainOpenSSLErrors())")
+                }
+                return Hex.encode(buffer: UnsafeBufferPointer(digest))
+            }
+        }
+    }
+}

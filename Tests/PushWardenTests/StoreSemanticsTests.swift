@@ -33,6 +33,18 @@ import Testing
         #expect(try await store.checkAndLock(entry: entry, fingerprint: "f2", lock: lock, owner: "b", ttlMillis: 5000) == .acquired)
     }
 
+    /// Scripts run by their SHA-1; a Redis that forgot them (restart, SCRIPT FLUSH) gets the
+    /// source again instead of an error.
+    @Test func scriptsSurviveARedisThatForgotThem() async throws {
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        let store = RedisStore(client: client)
+        let (entry, lock) = Self.keys()
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f", lock: lock, owner: "a", ttlMillis: 5000) == .acquired)
+        #expect(try await client.send(["SCRIPT", "FLUSH"]) == .status("OK"))
+        try await store.commitAndUnlock(entry: entry, fingerprint: "f", ttlSeconds: 60, lock: lock, owner: "a")
+        #expect(try await store.checkAndLock(entry: entry, fingerprint: "f", lock: lock, owner: "b", ttlMillis: 5000) == .current)
+    }
+
     @Test(arguments: Kind.allCases)
     func commitLeavesAnotherOwnersLock(_ kind: Kind) async throws {
         let store = try Self.store(kind)

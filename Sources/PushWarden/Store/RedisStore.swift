@@ -1,4 +1,5 @@
 import Loops
+import PWCrypto
 import RedisClient
 
 /// The shared store: several PushWarden processes behind one Redis see the same dedupe state and
@@ -8,8 +9,8 @@ public final class RedisStore: DedupeStore {
     public let kind = "redis"
 
     /// Deletes the lock only while it still holds this owner (compare-and-delete in one step).
-    private static let releaseScript =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+    private static let releaseScript = LuaScript(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
 
     public init(client: RedisClient) { self.client = client }
 
@@ -50,26 +51,27 @@ public final class RedisStore: DedupeStore {
     }
 
     public func release(_ key: String, owner: String) async throws(StoreError) {
-        _ = try await send(["EVAL", Self.releaseScript, "1", key, owner])
+        _ = try await evaluate(Self.releaseScript, keys: [key], arguments: [owner])
     }
 
     /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] owner, ARGV[3] lock ttl (ms).
-    private static let checkAndLockScript = """
+    private static let checkAndLockScript = LuaScript("""
         if redis.call('GET', KEYS[1]) == ARGV[1] then return 'current' end
         if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 'acquired' end
         return 'busy'
-        """
+        """)
 
     /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] ttl (s), ARGV[3] owner.
-    private static let commitAndUnlockScript = """
+    private static let commitAndUnlockScript = LuaScript("""
         redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
         if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
         return 1
-        """
+        """)
 
     public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
                              ttlMillis: Int) async throws(StoreError) -> LockAttempt {
-        let reply = try await send(["EVAL", Self.checkAndLockScript, "2", entry, lock, fingerprint, owner, String(max(ttlMillis, 1))])
+        let reply = try await evaluate(Self.checkAndLockScript, keys: [entry, lock],
+                                       arguments: [fingerprint, owner, String(max(ttlMillis, 1))])
         switch reply.string {
         case "current": return .current
         case "acquired": return .acquired
@@ -80,10 +82,22 @@ public final class RedisStore: DedupeStore {
 
     public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String,
                                 owner: String) async throws(StoreError) {
-        _ = try await send(["EVAL", Self.commitAndUnlockScript, "2", entry, lock, fingerprint, String(max(ttlSeconds, 1)), owner])
+        _ = try await evaluate(Self.commitAndUnlockScript, keys: [entry, lock],
+                               arguments: [fingerprint, String(max(ttlSeconds, 1)), owner])
     }
 
     public func isReachable() async -> Bool { await client.ping() }
+
+    /// Runs a script by its SHA-1 (Redis keeps compiled scripts), sending the source only when
+    /// this Redis has not seen it yet (after a restart or SCRIPT FLUSH), which also caches it.
+    private func evaluate(_ script: LuaScript, keys: [String], arguments: [String]) async throws(StoreError) -> RedisReply {
+        let tail = [String(keys.count)] + keys + arguments
+        do {
+            return try await send(["EVALSHA", script.sha1] + tail)
+        } catch where error.detail.hasPrefix("redis error: NOSCRIPT") {
+            return try await send(["EVAL", script.source] + tail)
+        }
+    }
 
     /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
     /// through the client's pipelined pool.
@@ -112,5 +126,16 @@ public final class RedisStore: DedupeStore {
 
     private func expectOK(_ reply: RedisReply) throws(StoreError) {
         guard case .status("OK") = reply else { throw StoreError("unexpected reply") }
+    }
+}
+
+/// A Lua script and the SHA-1 Redis knows it by.
+struct LuaScript: Sendable {
+    let source: String
+    let sha1: String
+
+    init(_ source: String) {
+        self.source = source
+        self.sha1 = SHA1.hexHash(Array(source.utf8))
     }
 }
