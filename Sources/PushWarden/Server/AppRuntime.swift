@@ -4,10 +4,16 @@ import SessionAuth
 
 /// One app from the policy, ready to serve: its session verifier and its upstreams, the primary
 /// first.
-struct AppRuntime: Sendable {
+final class AppRuntime: Sendable {
     let policy: AppPolicy
     let sessions: SessionVerifier
     let upstreams: [UpstreamCaller]
+
+    init(policy: AppPolicy, sessions: SessionVerifier, upstreams: [UpstreamCaller]) {
+        self.policy = policy
+        self.sessions = sessions
+        self.upstreams = upstreams
+    }
 
     /// Runs `body` for every upstream, concurrently when there are several, and returns the
     /// outcomes in upstream order.

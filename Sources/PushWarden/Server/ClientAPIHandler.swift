@@ -17,7 +17,7 @@ import Synchronization
 ///    unregister or report events at each upstream through dedupe, and answer.
 ///
 /// Every refusal is a `ContractError` rendered in the contract's envelope.
-public struct ClientAPIHandler: HTTPHandler {
+public final class ClientAPIHandler: HTTPHandler {
     let apps: [String: AppRuntime]
     let deduper: Deduper
     let identities: IdentityStore
@@ -74,7 +74,7 @@ public struct ClientAPIHandler: HTTPHandler {
         // Tasks prefer the request's loop: their Redis commands go over the loop's own
         // connection and they resume there, instead of crossing to the pool and back.
         guard case .register(let installation) = accepted.body else {
-            Task(executorPreference: loop) { responder.respond(await complete(accepted)) }
+            Task(executorPreference: loop) { [self] in responder.respond(await complete(accepted)) }
             return
         }
         let plan: RegisterPlan
@@ -84,7 +84,7 @@ public struct ClientAPIHandler: HTTPHandler {
             responder.respond(answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
             return
         }
-        plan.lookUp(in: deduper.store, on: loop) { cached in
+        plan.lookUp(in: deduper.store, on: loop) { [self] cached in
             if let unchanged = plan.outcomesIfUnchanged(cached) {
                 for (name, outcome) in unchanged where outcome.isUnchanged {
                     metrics.dedupeHit(app: accepted.appLabel, upstream: name)
@@ -93,7 +93,7 @@ public struct ClientAPIHandler: HTTPHandler {
                                          app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
                 return
             }
-            Task(executorPreference: loop) { responder.respond(await complete(accepted, plan: plan, cached: cached)) }
+            Task(executorPreference: loop) { [self] in responder.respond(await complete(accepted, plan: plan, cached: cached)) }
         }
     }
 
@@ -109,7 +109,8 @@ public struct ClientAPIHandler: HTTPHandler {
     }
 
     /// A request that passed routing, authentication, the rate limit and body validation.
-    struct Accepted: Sendable {
+    /// A class: the request's closures and tasks share it instead of each copying its fields.
+    final class Accepted: Sendable {
         enum Body: Sendable {
             case register(Installation)
             case unregister(pushToken: String)
@@ -122,6 +123,15 @@ public struct ClientAPIHandler: HTTPHandler {
         let headers: HTTPHeaders
         let requestID: String
         let body: Body
+
+        init(app: AppRuntime, route: Route, session: Session, headers: HTTPHeaders, requestID: String, body: Body) {
+            self.app = app
+            self.route = route
+            self.session = session
+            self.headers = headers
+            self.requestID = requestID
+            self.body = body
+        }
 
         var appLabel: String { app.policy.id }
         var routeLabel: String { route.rawValue }

@@ -6,7 +6,7 @@ import PWPolicy
 /// Sends one operation to one upstream: timeouts, retries with exponential backoff and full
 /// jitter on network errors, 5xx and 429 (honouring `Retry-After`), all within a deadline, and the
 /// provider's verdict mapped to the contract's codes.
-public struct UpstreamCaller: Sendable {
+public final class UpstreamCaller: Sendable {
     public let adapter: any UpstreamAdapter
     public let policy: UpstreamPolicy
     let transport: any UpstreamTransport
