@@ -24,9 +24,15 @@ public final class Metrics: Sendable {
         var status: Int
     }
 
+    /// Two label values, hashed in place (an array key would allocate on every update).
+    private struct LabelPair: Hashable {
+        var first: String
+        var second: String
+    }
+
     private struct State {
         var requests: [RequestKey: UInt64] = [:]
-        var dedupeHits: [[String]: UInt64] = [:]          // app, upstream
+        var dedupeHits: [LabelPair: UInt64] = [:]         // app, upstream
         var dedupeDegraded: [[String]: UInt64] = [:]      // app
         var upstreamCalls: [[String]: UInt64] = [:]       // upstream, operation, outcome
         var upstreamLatency: [[String]: Histogram] = [:]  // upstream
@@ -42,7 +48,7 @@ public final class Metrics: Sendable {
     }
 
     public func dedupeHit(app: String, upstream: String) {
-        state.withLock { $0.dedupeHits[[app, upstream], default: 0] += 1 }
+        state.withLock { $0.dedupeHits[LabelPair(first: app, second: upstream), default: 0] += 1 }
     }
 
     public func dedupeDegraded(app: String) {
@@ -76,7 +82,7 @@ public final class Metrics: Sendable {
         family("pushwarden_requests_total", "Client API requests by app, route and status.", "counter",
                ["app", "route", "status"], requests)
         family("pushwarden_dedupe_hits_total", "Registrations answered unchanged without an upstream call.", "counter",
-               ["app", "upstream"], snapshot.dedupeHits)
+               ["app", "upstream"], Dictionary(uniqueKeysWithValues: snapshot.dedupeHits.map { ([$0.key.first, $0.key.second], $0.value) }))
         family("pushwarden_dedupe_degraded_total", "Registrations forwarded without dedupe because the store failed.", "counter",
                ["app"], snapshot.dedupeDegraded)
         family("pushwarden_auth_failures_total", "Requests refused as unauthorized.", "counter",
