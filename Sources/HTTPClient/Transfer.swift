@@ -19,7 +19,6 @@ final class Transfer: @unchecked Sendable {
 
     var continuation: CheckedContinuation<Outcome, Never>?
     var easy: EasyHandle?
-    var headerList: HeaderList?
     var responseHeaders = HTTPHeaders()
     var responseHeaderBytes = 0
     var body: [UInt8] = []

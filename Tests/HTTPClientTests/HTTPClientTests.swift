@@ -118,6 +118,60 @@ struct HTTPClientTests {
         }
     }
 
+    /// One connection and one pooled easy handle serve every call in turn, so each call below
+    /// reuses the handle the previous one configured: nothing of an earlier request may leak.
+    @Test func aReusedHandleCarriesNothingOfThePreviousRequest() async throws {
+        try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 1, maxTotalConnections: 1)) { server, client, base in
+            let post = try await client.execute(HTTPClientRequest(
+                method: "POST", url: base + "/echo?n=1",
+                headers: ["Authorization": "Bearer first", "Content-Type": "application/json", "X-Only-First": "1"],
+                body: Array(#"{"a":1}"#.utf8), timeoutMillis: 5000))
+            #expect(post.headers["X-Method"] == "POST")
+            let get = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo?n=2"))
+            #expect(get.headers["X-Method"] == "GET")
+            let head = try await client.execute(HTTPClientRequest(method: "HEAD", url: base + "/echo?n=3"))
+            #expect(head.status == 201)
+            #expect(head.body.isEmpty)
+            let put = try await client.execute(HTTPClientRequest(method: "PUT", url: base + "/echo?n=4", body: [9, 8]))
+            #expect(put.headers["X-Method"] == "PUT")
+            let postAgain = try await client.execute(HTTPClientRequest(
+                method: "POST", url: base + "/echo?n=5", headers: ["Authorization": "Bearer second"], body: [7]))
+            #expect(postAgain.headers["X-Method"] == "POST")
+            let getAgain = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo?n=6"))
+            #expect(getAgain.status == 201)
+
+            let seen = server.requests
+            try #require(seen.count == 6)
+            #expect(seen.map(\.method) == ["POST", "GET", "HEAD", "PUT", "POST", "GET"])
+            #expect(seen.map(\.target) == (1...6).map { "/echo?n=\($0)" })
+            #expect(seen.map(\.body) == [Array(#"{"a":1}"#.utf8), [], [], [9, 8], [7], []])
+            for request in [seen[1], seen[2], seen[5]] {
+                #expect(request.header("Content-Length") == nil, "\(request.method) \(request.target)")
+                #expect(request.header("Content-Type") == nil)
+                #expect(request.header("Authorization") == nil)
+                #expect(request.header("X-Only-First") == nil)
+            }
+            #expect(seen[3].header("Content-Type") == nil)
+            #expect(seen[3].header("Authorization") == nil)
+            #expect(seen[4].header("Authorization") == "Bearer second")
+            #expect(seen[4].header("X-Only-First") == nil)
+            #expect(seen[4].header("Content-Type") == nil)
+            #expect(server.acceptedConnections == 1)
+
+            // A short timeout set on the handle does not outlive its call, and a long one does not either.
+            await expectFailure(.timeout) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 200))
+            }
+            let slow = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/slow", timeoutMillis: 3000))
+            #expect(slow.body == Array("ok".utf8))
+            let start = ContinuousClock.now
+            await expectFailure(.timeout) {
+                try await client.execute(HTTPClientRequest(method: "POST", url: base + "/hang", body: [1], timeoutMillis: 250))
+            }
+            #expect(milliseconds(since: start) < 1500)
+        }
+    }
+
     @Test func serviceUnavailableIsAResponseNotAnError() async throws {
         try await withUpstream { _, client, base in
             let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/unavailable"))
