@@ -161,7 +161,7 @@ final class EventLoop: Sendable {
                 transfer.finish(.failure(HTTPClientError(kind: .other, detail: "curl_easy_init failed")))
                 return
             }
-            if let error = configure(easy, for: transfer) {
+            if let error = configure(easy, for: transfer, poller: multi.poller) {
                 recycle(easy)
                 transfer.finish(.failure(error))
                 return
@@ -224,7 +224,7 @@ final class EventLoop: Sendable {
     }
 
     /// Options that never differ between transfers, set once per easy handle.
-    private func configureBase(_ h: UnsafeMutableRawPointer, check: (CURLcode) -> Void) {
+    private func configureBase(_ h: UnsafeMutableRawPointer, poller: SocketPoller, check: (CURLcode) -> Void) {
         func long(_ option: CURLoption, _ value: Int) { check(pw_curl_easy_setopt_long(h, option, value)) }
         func string(_ option: CURLoption, _ value: String) { check(pw_curl_easy_setopt_str(h, option, value)) }
         string(CURLOPT_PROTOCOLS_STR, "http,https")
@@ -241,12 +241,18 @@ final class EventLoop: Sendable {
         check(pw_curl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(max(0, configuration.maxResponseBytes))))
         check(pw_curl_easy_setopt_write_cb(h, transferWriteCallback))
         check(pw_curl_easy_setopt_header_cb(h, transferHeaderCallback))
+        // Connection sockets open and close through the poller, so it can keep idle ones registered.
+        let context = Unmanaged.passUnretained(poller).toOpaque()
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETFUNCTION, unsafeBitCast(curlOpenSocketCallback, to: UnsafeMutableRawPointer.self)))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, context))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_CLOSESOCKETFUNCTION, unsafeBitCast(curlCloseSocketCallback, to: UnsafeMutableRawPointer.self)))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_CLOSESOCKETDATA, context))
     }
 
     /// Applies every per-request option, skipping those whose value the reused handle already
     /// holds. Returns an error instead of starting a half-configured transfer (the handle's options
     /// are then forgotten, so it cannot carry a half-applied request into the next one).
-    private func configure(_ easy: EasyHandle, for transfer: Transfer) -> HTTPClientError? {
+    private func configure(_ easy: EasyHandle, for transfer: Transfer, poller: SocketPoller) -> HTTPClientError? {
         let h = easy.raw
         let request = transfer.request
         var rc = CURLE_OK
@@ -256,7 +262,7 @@ final class EventLoop: Sendable {
         func clear(_ option: CURLoption) { check(pw_curl_easy_setopt_ptr(h, option, nil)) }
 
         if !easy.baseConfigured {
-            configureBase(h, check: check)
+            configureBase(h, poller: poller, check: check)
             easy.baseConfigured = true
         }
         var applied = easy.applied

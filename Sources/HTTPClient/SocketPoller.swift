@@ -68,23 +68,79 @@ final class SocketPoller: @unchecked Sendable {
         _ = write(wakeWrite, &byte, 1)
     }
 
+    /// What the epoll set and curl currently say about one descriptor number.
+    private struct Slot {
+        /// The events the descriptor is registered with in the epoll set; 0 when not registered.
+        var registered: UInt32 = 0
+        /// Whether curl currently watches it (between a watch and its CURL_POLL_REMOVE).
+        var wanted = false
+        /// Opened by `openSocket`, so its close is sure to pass through `closeSocket`.
+        var owned = false
+    }
+
+    /// Indexed by descriptor number; grows to the highest descriptor curl has shown us.
+    private var slots: [Slot] = []
+
+    private func withSlot<R>(_ fd: Int32, _ body: (inout Slot) -> R) -> R {
+        let index = Int(fd)
+        if index >= slots.count { slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - slots.count)) }
+        return body(&slots[index])
+    }
+
     /// CURLMOPT_SOCKETFUNCTION's work: watch `fd` for `what` (CURL_POLL_IN/OUT/INOUT), or stop (REMOVE).
+    ///
+    /// Epoll is told only about changes: a keep-alive connection curl stops watching after a
+    /// response and watches again for the next one costs no `epoll_ctl` in between. For that, a
+    /// connection socket curl stops watching stays registered for input when its close is sure to be
+    /// seen (`owned`); should it turn ready while unwatched, `wait` drops it then.
     func watch(_ fd: Int32, _ what: Int32) {
+        guard fd >= 0 else { return }
         var interest: UInt32 = 0
         if what & Int32(CURL_POLL_IN) != 0 { interest |= EPOLLIN.rawValue }
         if what & Int32(CURL_POLL_OUT) != 0 { interest |= EPOLLOUT.rawValue }
-        guard what != Int32(CURL_POLL_REMOVE), interest != 0 else {
-            // Fails harmlessly when curl already closed the socket (close drops the registration).
-            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
-            return
+        withSlot(fd) { slot in
+            guard what != Int32(CURL_POLL_REMOVE), interest != 0 else {
+                slot.wanted = false
+                if slot.registered != 0 && !(slot.owned && slot.registered == EPOLLIN.rawValue) {
+                    unregister(fd, &slot)
+                }
+                return
+            }
+            slot.wanted = true
+            guard slot.registered != interest else { return }
+            var event = epoll_event()
+            event.events = interest
+            event.data.fd = fd
+            if slot.registered != 0 {
+                // A descriptor number closed and reopened behind our back is not registered any more.
+                if epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) != 0, errno == ENOENT {
+                    _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
+                }
+            } else if epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) != 0, errno == EEXIST {
+                _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+            }
+            slot.registered = interest
         }
-        var event = epoll_event()
-        event.events = interest
-        event.data.fd = fd
-        // A descriptor number curl closed and reopened without telling us is not registered any more.
-        if epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) != 0, errno == ENOENT {
-            _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
-        }
+    }
+
+    private func unregister(_ fd: Int32, _ slot: inout Slot) {
+        // Fails harmlessly when the socket is already closed (close drops the registration).
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        slot.registered = 0
+    }
+
+    /// CURLOPT_OPENSOCKETFUNCTION's work: what curl would do itself, plus a fresh slot for the number.
+    func openSocket(family: Int32, type: Int32, protocol: Int32) -> Int32 {
+        let fd = socket(family, type, `protocol`)
+        guard fd >= 0 else { return fd }
+        withSlot(fd) { $0 = Slot(owned: true) }
+        return fd
+    }
+
+    /// CURLOPT_CLOSESOCKETFUNCTION's work. The close also drops any epoll registration.
+    func closeSocket(_ fd: Int32) -> Int32 {
+        if fd >= 0, Int(fd) < slots.count { slots[Int(fd)] = Slot() }
+        return close(fd)
     }
 
     /// CURLMOPT_TIMERFUNCTION's work: curl wants one timeout call in `milliseconds`; -1 cancels it.
@@ -119,6 +175,15 @@ final class SocketPoller: @unchecked Sendable {
                 continue
             }
             let flags = event.events
+            // A kept registration of a socket curl no longer watches (the peer closed an idle
+            // connection, say): curl has nothing to do with it, and it would stay ready.
+            if withSlot(fd, { slot in
+                guard !slot.wanted else { return false }
+                if slot.registered != 0 { unregister(fd, &slot) }
+                return true
+            }) {
+                continue
+            }
             var select: Int32 = 0
             // A hang-up or error is reported as readable/writable too, so curl reads or writes and
             // learns the failure itself.
@@ -155,4 +220,20 @@ let curlTimerCallback: pw_curl_timer_cb = { _, milliseconds, userp in
     guard let userp else { return -1 }
     Unmanaged<SocketPoller>.fromOpaque(userp).takeUnretainedValue().setTimer(milliseconds)
     return 0
+}
+
+/// CURLOPT_OPENSOCKETFUNCTION. `clientp` is the loop's poller, unretained (the multi handle owns
+/// it and outlives every easy handle and connection).
+let curlOpenSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?)
+    -> curl_socket_t = { clientp, _, address in
+    guard let clientp, let address else { return -1 }
+    return Unmanaged<SocketPoller>.fromOpaque(clientp).takeUnretainedValue()
+        .openSocket(family: address.pointee.family, type: address.pointee.socktype, protocol: address.pointee.protocol)
+}
+
+/// CURLOPT_CLOSESOCKETFUNCTION. `clientp` as for `curlOpenSocketCallback`; curl also calls it while
+/// `curl_multi_cleanup` closes the cached connections, which is why the poller outlives that call.
+let curlCloseSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curl_socket_t) -> Int32 = { clientp, fd in
+    guard let clientp else { return close(fd) }
+    return Unmanaged<SocketPoller>.fromOpaque(clientp).takeUnretainedValue().closeSocket(fd)
 }

@@ -19,6 +19,8 @@ import Testing
         return Reply(body: [UInt8](repeating: 0x61, count: 4096))
     case "/big-chunked":
         return Reply(body: [UInt8](repeating: 0x61, count: 4096), chunked: true)
+    case "/close-after":
+        return Reply(body: Array("bye".utf8), closeAfter: true)
     case "/redirect":
         return Reply(status: 302, headers: [("Location", "/echo")])
     default:
@@ -261,6 +263,47 @@ struct HTTPClientTests {
         let accepted = server.acceptedConnections
         #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
         #expect(server.acceptedConnections == accepted)
+    }
+
+    /// Idle connections stay registered with epoll between calls; one the server closes turns
+    /// readable while nobody watches it. That must neither spin the loop nor break the next call,
+    /// which gets a fresh connection (likely under the same descriptor number).
+    @Test func idleConnectionsClosedByTheServerLeaveTheLoopIdleAndAreReplaced() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        let before = curlLoopThreads()
+        let client = try HTTPClient(configuration: HTTPClientConfiguration(maxConnectionsPerHost: 4))
+        defer { client.shutdown() }
+        var ours = Set<String>()
+        let named = ContinuousClock.now
+        while ours.isEmpty, milliseconds(since: named) < 2000 {
+            try await Task.sleep(for: .milliseconds(5))
+            ours = curlLoopThreads().subtracting(before)
+        }
+        #expect(!ours.isEmpty)
+        let base = "http://127.0.0.1:\(server.port)"
+        for round in 0..<3 {
+            let bodies = try await withThrowingTaskGroup(of: [UInt8].self) { group in
+                for i in 0..<4 {
+                    group.addTask {
+                        try await client.execute(HTTPClientRequest(method: "GET", url: base + "/close-after?r=\(round)&i=\(i)")).body
+                    }
+                }
+                return try await group.reduce(into: [[UInt8]]()) { $0.append($1) }
+            }
+            #expect(bodies == [[UInt8]](repeating: Array("bye".utf8), count: 4))
+            // Let the server's closes arrive while the connections sit idle in curl's cache.
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(server.acceptedConnections >= 8, "\(server.acceptedConnections) connections")
+
+        let start = cpuMillis(of: ours)
+        try await Task.sleep(for: .seconds(1))
+        let spent = cpuMillis(of: ours) - start
+        #expect(spent < 150, "loop thread used \(spent) ms of CPU in 1 s idle")
+        let response = try await client.execute(HTTPClientRequest(method: "POST", url: base + "/echo", body: [1]))
+        #expect(response.status == 201)
+        #expect(server.requests.last?.body == [1])
     }
 
     @Test func perHostConnectionLimitIsHonoured() async throws {
