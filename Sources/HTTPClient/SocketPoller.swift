@@ -68,14 +68,10 @@ final class SocketPoller: @unchecked Sendable {
         _ = write(wakeWrite, &byte, 1)
     }
 
-    /// What the epoll set and curl currently say about one descriptor number.
+    /// What the epoll set holds for one descriptor number.
     private struct Slot {
         /// The events the descriptor is registered with in the epoll set; 0 when not registered.
         var registered: UInt32 = 0
-        /// Whether curl currently watches it (between a watch and its CURL_POLL_REMOVE).
-        var wanted = false
-        /// Opened by `openSocket`, so its close is sure to pass through `closeSocket`.
-        var owned = false
     }
 
     /// Indexed by descriptor number; grows to the highest descriptor curl has shown us.
@@ -89,10 +85,14 @@ final class SocketPoller: @unchecked Sendable {
 
     /// CURLMOPT_SOCKETFUNCTION's work: watch `fd` for `what` (CURL_POLL_IN/OUT/INOUT), or stop (REMOVE).
     ///
-    /// Epoll is told only about changes: a keep-alive connection curl stops watching after a
-    /// response and watches again for the next one costs no `epoll_ctl` in between. For that, a
-    /// connection socket curl stops watching stays registered for input when its close is sure to be
-    /// seen (`owned`); should it turn ready while unwatched, `wait` drops it then.
+    /// Epoll is told only about changes: curl repeats a socket's interest often, and a socket it
+    /// starts watching is added directly rather than after a failed EPOLL_CTL_MOD.
+    ///
+    /// A socket curl stops watching leaves the epoll set at once. Keeping idle keep-alive sockets
+    /// registered until their next use would save that and the re-add, but then HTTP/2 transfers
+    /// failed now and then with CURLE_HTTP2_STREAM (about 4 in 100 runs of
+    /// `concurrentCallsShareOneHTTP2Connection`, libcurl 7.88), even when the events of unwatched
+    /// sockets were still handed to curl.
     func watch(_ fd: Int32, _ what: Int32) {
         guard fd >= 0 else { return }
         var interest: UInt32 = 0
@@ -100,13 +100,11 @@ final class SocketPoller: @unchecked Sendable {
         if what & Int32(CURL_POLL_OUT) != 0 { interest |= EPOLLOUT.rawValue }
         withSlot(fd) { slot in
             guard what != Int32(CURL_POLL_REMOVE), interest != 0 else {
-                slot.wanted = false
-                if slot.registered != 0 && !(slot.owned && slot.registered == EPOLLIN.rawValue) {
-                    unregister(fd, &slot)
-                }
+                // Fails harmlessly when curl already closed the socket (close drops the registration).
+                if slot.registered != 0 { _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil) }
+                slot.registered = 0
                 return
             }
-            slot.wanted = true
             guard slot.registered != interest else { return }
             var event = epoll_event()
             event.events = interest
@@ -123,17 +121,12 @@ final class SocketPoller: @unchecked Sendable {
         }
     }
 
-    private func unregister(_ fd: Int32, _ slot: inout Slot) {
-        // Fails harmlessly when the socket is already closed (close drops the registration).
-        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
-        slot.registered = 0
-    }
-
-    /// CURLOPT_OPENSOCKETFUNCTION's work: what curl would do itself, plus a fresh slot for the number.
+    /// CURLOPT_OPENSOCKETFUNCTION's work: what curl does itself, plus a fresh slot for the number,
+    /// so a number reused after a close curl did not report is never taken as still registered.
     func openSocket(family: Int32, type: Int32, protocol: Int32) -> Int32 {
         let fd = socket(family, type, `protocol`)
         guard fd >= 0 else { return fd }
-        withSlot(fd) { $0 = Slot(owned: true) }
+        withSlot(fd) { $0 = Slot() }
         return fd
     }
 
@@ -175,15 +168,6 @@ final class SocketPoller: @unchecked Sendable {
                 continue
             }
             let flags = event.events
-            // A kept registration of a socket curl no longer watches (the peer closed an idle
-            // connection, say): curl has nothing to do with it, and it would stay ready.
-            if withSlot(fd, { slot in
-                guard !slot.wanted else { return false }
-                if slot.registered != 0 { unregister(fd, &slot) }
-                return true
-            }) {
-                continue
-            }
             var select: Int32 = 0
             // A hang-up or error is reported as readable/writable too, so curl reads or writes and
             // learns the failure itself.
