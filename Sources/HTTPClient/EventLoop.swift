@@ -218,7 +218,7 @@ final class EventLoop: Sendable {
         }
         var status = 0
         _ = pw_curl_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &status)
-        let response = HTTPClientResponse(status: status, headers: transfer.responseHeaders, body: transfer.body)
+        let response = HTTPClientResponse(status: status, headers: HTTPHeaders(transfer.responseFields), body: transfer.body)
         transfer.body = []
         return .success(response)
     }
@@ -241,7 +241,8 @@ final class EventLoop: Sendable {
         check(pw_curl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(max(0, configuration.maxResponseBytes))))
         check(pw_curl_easy_setopt_write_cb(h, transferWriteCallback))
         check(pw_curl_easy_setopt_header_cb(h, transferHeaderCallback))
-        // Connection sockets open and close through the poller, so it can keep idle ones registered.
+        // Connection sockets open and close through the poller, so its record of what epoll holds
+        // for a descriptor number starts afresh with each socket.
         let context = Unmanaged.passUnretained(poller).toOpaque()
         check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETFUNCTION, unsafeBitCast(curlOpenSocketCallback, to: UnsafeMutableRawPointer.self)))
         check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, context))

@@ -422,7 +422,22 @@ struct HTTPClientTests {
             await expectFailure(.other) {
                 try await client.execute(HTTPClientRequest(method: "GET /x HTTP/1.1\r\n", url: base + "/echo"))
             }
+            for method in ["GE T", "GET\u{7F}", "PÖST", "(GET)", ""] {
+                await expectFailure(.other) { try await client.execute(HTTPClientRequest(method: method, url: base + "/echo")) }
+            }
+            for name in ["X A", "X:A", "X-Ä", "{X}", ""] {
+                await expectFailure(.other) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo", headers: HTTPHeaders([.init(name, "1")])))
+                }
+            }
             #expect(server.requests.isEmpty)
+            // Every tchar is accepted, in method and header names alike, and the scheme in any case.
+            let tchars = "!#$%&'*+-.^_`|~09azAZ"
+            let response = try await client.execute(HTTPClientRequest(
+                method: "X-" + tchars, url: "HTTP://" + base.dropFirst("http://".count) + "/echo",
+                headers: HTTPHeaders([.init(tchars, "1")])))
+            #expect(response.headers["X-Method"] == "X-" + tchars)
+            #expect(server.requests.last?.header(tchars) == "1")
         }
     }
 
