@@ -265,9 +265,9 @@ struct HTTPClientTests {
         #expect(server.acceptedConnections == accepted)
     }
 
-    /// Idle connections stay registered with epoll between calls; one the server closes turns
-    /// readable while nobody watches it. That must neither spin the loop nor break the next call,
-    /// which gets a fresh connection (likely under the same descriptor number).
+    /// Keep-alive connections the server drops while they sit idle in curl's cache must neither
+    /// spin the loop (a socket left in the epoll set would stay readable) nor break the next
+    /// call, which gets a fresh connection, likely under a descriptor number the poller has seen.
     @Test func idleConnectionsClosedByTheServerLeaveTheLoopIdleAndAreReplaced() async throws {
         let server = try TestHTTPServer(handler: route)
         defer { server.stop() }
