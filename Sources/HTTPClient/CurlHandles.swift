@@ -1,5 +1,6 @@
 internal import CCurl
 internal import CShims
+import PWCore
 
 /// `curl_global_init` must run once before any other curl call; a `static let` gives us
 /// thread-safe, exactly-once initialisation. We never call `curl_global_cleanup`: the library
@@ -8,18 +9,49 @@ enum CurlGlobal {
     static let initialized: Bool = curl_global_init(pw_curl_global_default()) == CURLE_OK
 }
 
-/// Sole owner of one `CURL *` (https://curl.se/libcurl/c/curl_easy_init.html).
+/// Sole owner of one `CURL *` (https://curl.se/libcurl/c/curl_easy_init.html), and of the header
+/// list it points at.
+///
+/// Reused across transfers without `curl_easy_reset`: options set once at creation stay, and
+/// `applied` remembers the per-transfer values last set, so the next transfer sets only what
+/// differs (curl keeps every option until it is changed).
 ///
 /// Not thread-safe: only the event-loop thread touches it. The handle must be removed from its
 /// multi handle before the last reference goes away.
 final class EasyHandle {
+    /// The per-transfer option values currently set on the handle.
+    struct Applied {
+        var url: String?
+        var pipeWait = false
+        var timeoutMillis = -1
+        var connectTimeoutMillis = -1
+        var method: String?
+        /// The request headers and body flag `headerList` was built from.
+        var headers: HTTPHeaders?
+        var sendsBody = false
+    }
+
     let raw: UnsafeMutableRawPointer
+    var applied = Applied()
+    /// Set as CURLOPT_HTTPHEADER while the handle lives; curl reads it during every transfer.
+    var headerList: HeaderList?
+    /// Whether the options that never change between transfers have been set.
+    var baseConfigured = false
 
     init?() {
         guard let raw = curl_easy_init() else { return nil }
         self.raw = raw
     }
 
+    /// After a failed setopt the handle's options are unknown: start again from curl's defaults.
+    func forgetOptions() {
+        curl_easy_reset(raw)
+        applied = Applied()
+        headerList = nil
+        baseConfigured = false
+    }
+
+    // curl_easy_cleanup no longer reads the header list, so the list may go after it.
     deinit { curl_easy_cleanup(raw) }
 }
 
@@ -55,7 +87,8 @@ final class MultiHandle: @unchecked Sendable {
 }
 
 /// Sole owner of one `curl_slist` of request header lines (https://curl.se/libcurl/c/curl_slist_append.html).
-/// It must outlive the transfer that points at it; the owning `Transfer` keeps it until completion.
+/// It must outlive every transfer that points at it; the owning `EasyHandle` keeps it while the
+/// handle is set to it.
 final class HeaderList {
     private(set) var raw: UnsafeMutablePointer<curl_slist>?
 

@@ -117,8 +117,11 @@ final class EventLoop: Sendable {
         var spare: [EasyHandle] = []
         let spareLimit = max(1, configuration.maxTotalConnections)
 
+        /// Options stay on the handle; `configure` overwrites what the next transfer needs differently.
+        /// The transfer pointers are cleared so no callback can reach a finished transfer.
         func recycle(_ easy: EasyHandle) {
-            curl_easy_reset(easy.raw)
+            _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_WRITEDATA, nil)
+            _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_HEADERDATA, nil)
             if spare.count < spareLimit { spare.append(easy) }
         }
 
@@ -129,7 +132,6 @@ final class EventLoop: Sendable {
                 recycle(easy)
             }
             transfer.easy = nil
-            transfer.headerList = nil
             transfer.finish(outcome)
         }
 
@@ -159,9 +161,8 @@ final class EventLoop: Sendable {
                 transfer.finish(.failure(HTTPClientError(kind: .other, detail: "curl_easy_init failed")))
                 return
             }
-            if let error = configure(easy, for: transfer) {
+            if let error = configure(easy, for: transfer, poller: multi.poller) {
                 recycle(easy)
-                transfer.headerList = nil
                 transfer.finish(.failure(error))
                 return
             }
@@ -170,7 +171,6 @@ final class EventLoop: Sendable {
             guard rc == CURLM_OK else {
                 transfer.easy = nil
                 recycle(easy)
-                transfer.headerList = nil
                 transfer.finish(.failure(HTTPClientError(kind: .other, detail: String(cString: curl_multi_strerror(rc)))))
                 return
             }
@@ -218,52 +218,105 @@ final class EventLoop: Sendable {
         }
         var status = 0
         _ = pw_curl_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &status)
-        let response = HTTPClientResponse(status: status, headers: transfer.responseHeaders, body: transfer.body)
+        let response = HTTPClientResponse(status: status, headers: HTTPHeaders(transfer.responseFields), body: transfer.body)
         transfer.body = []
         return .success(response)
     }
 
-    /// Applies every per-request option. Returns an error instead of starting a half-configured transfer.
-    private func configure(_ easy: EasyHandle, for transfer: Transfer) -> HTTPClientError? {
+    /// Options that never differ between transfers, set once per easy handle.
+    private func configureBase(_ h: UnsafeMutableRawPointer, poller: SocketPoller, check: (CURLcode) -> Void) {
+        func long(_ option: CURLoption, _ value: Int) { check(pw_curl_easy_setopt_long(h, option, value)) }
+        func string(_ option: CURLoption, _ value: String) { check(pw_curl_easy_setopt_str(h, option, value)) }
+        string(CURLOPT_PROTOCOLS_STR, "http,https")
+        string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        long(CURLOPT_FOLLOWLOCATION, 0)
+        long(CURLOPT_NOSIGNAL, 1)
+        long(CURLOPT_SSL_VERIFYPEER, 1)
+        long(CURLOPT_SSL_VERIFYHOST, 2)
+        if let ca = configuration.caBundlePath { string(CURLOPT_CAINFO, ca) }
+        long(CURLOPT_HTTP_VERSION, pw_curl_http_version_2tls())
+        long(CURLOPT_TCP_KEEPALIVE, 1)
+        long(CURLOPT_TCP_NODELAY, 1)
+        string(CURLOPT_USERAGENT, configuration.userAgent)
+        check(pw_curl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(max(0, configuration.maxResponseBytes))))
+        check(pw_curl_easy_setopt_write_cb(h, transferWriteCallback))
+        check(pw_curl_easy_setopt_header_cb(h, transferHeaderCallback))
+        // Connection sockets open and close through the poller, so its record of what epoll holds
+        // for a descriptor number starts afresh with each socket.
+        let context = Unmanaged.passUnretained(poller).toOpaque()
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETFUNCTION, unsafeBitCast(curlOpenSocketCallback, to: UnsafeMutableRawPointer.self)))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, context))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_CLOSESOCKETFUNCTION, unsafeBitCast(curlCloseSocketCallback, to: UnsafeMutableRawPointer.self)))
+        check(pw_curl_easy_setopt_ptr(h, CURLOPT_CLOSESOCKETDATA, context))
+    }
+
+    /// Applies every per-request option, skipping those whose value the reused handle already
+    /// holds. Returns an error instead of starting a half-configured transfer (the handle's options
+    /// are then forgotten, so it cannot carry a half-applied request into the next one).
+    private func configure(_ easy: EasyHandle, for transfer: Transfer, poller: SocketPoller) -> HTTPClientError? {
         let h = easy.raw
         let request = transfer.request
         var rc = CURLE_OK
         func check(_ r: CURLcode) { if rc == CURLE_OK { rc = r } }
         func long(_ option: CURLoption, _ value: Int) { check(pw_curl_easy_setopt_long(h, option, value)) }
         func string(_ option: CURLoption, _ value: String) { check(pw_curl_easy_setopt_str(h, option, value)) }
+        func clear(_ option: CURLoption) { check(pw_curl_easy_setopt_ptr(h, option, nil)) }
 
-        string(CURLOPT_URL, request.url)
-        string(CURLOPT_PROTOCOLS_STR, "http,https")
-        string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        long(CURLOPT_FOLLOWLOCATION, 0)
-        long(CURLOPT_NOSIGNAL, 1)
-        long(CURLOPT_TIMEOUT_MS, max(1, request.timeoutMillis))
-        long(CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMillis))
-        long(CURLOPT_SSL_VERIFYPEER, 1)
-        long(CURLOPT_SSL_VERIFYHOST, 2)
-        if let ca = configuration.caBundlePath { string(CURLOPT_CAINFO, ca) }
-        long(CURLOPT_HTTP_VERSION, pw_curl_http_version_2tls())
+        if !easy.baseConfigured {
+            configureBase(h, poller: poller, check: check)
+            easy.baseConfigured = true
+        }
+        var applied = easy.applied
+        defer { easy.applied = applied }
+
+        if applied.url != request.url {
+            string(CURLOPT_URL, request.url)
+            applied.url = request.url
+        }
         // Over TLS, ALPN tells within the handshake whether a connection multiplexes, so waiting
         // for it beats opening a connection per concurrent call. Over plain http the answer would
         // only come with the first response, and every other call to the host would queue behind it.
-        if HTTPClient.hasPrefixIgnoringCase(request.url.utf8, "https://") {
-            long(CURLOPT_PIPEWAIT, 1)
+        let pipeWait = HTTPClient.hasPrefixIgnoringCase(request.url.utf8, "https://")
+        if applied.pipeWait != pipeWait {
+            long(CURLOPT_PIPEWAIT, pipeWait ? 1 : 0)
+            applied.pipeWait = pipeWait
         }
-        long(CURLOPT_TCP_KEEPALIVE, 1)
-        long(CURLOPT_TCP_NODELAY, 1)
-        string(CURLOPT_USERAGENT, configuration.userAgent)
-        check(pw_curl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(transfer.maxResponseBytes)))
-        check(pw_curl_easy_setopt_write_cb(h, transferWriteCallback))
+        let timeout = max(1, request.timeoutMillis)
+        if applied.timeoutMillis != timeout {
+            long(CURLOPT_TIMEOUT_MS, timeout)
+            applied.timeoutMillis = timeout
+        }
+        let connectTimeout = max(1, request.connectTimeoutMillis)
+        if applied.connectTimeoutMillis != connectTimeout {
+            long(CURLOPT_CONNECTTIMEOUT_MS, connectTimeout)
+            applied.connectTimeoutMillis = connectTimeout
+        }
         check(pw_curl_easy_setopt_ptr(h, CURLOPT_WRITEDATA, transfer.opaque))
-        check(pw_curl_easy_setopt_header_cb(h, transferHeaderCallback))
         check(pw_curl_easy_setopt_ptr(h, CURLOPT_HEADERDATA, transfer.opaque))
 
         let method = request.method
         let sendsBody = !request.body.isEmpty || method == "POST" || method == "PUT" || method == "PATCH"
-        if method == "HEAD" {
-            long(CURLOPT_NOBODY, 1)
-        } else if sendsBody {
-            long(CURLOPT_POST, 1)
+        if applied.method != method || applied.sendsBody != sendsBody {
+            // Back to curl's defaults for the method (a plain GET without body) before setting this one's.
+            clear(CURLOPT_CUSTOMREQUEST)
+            long(CURLOPT_NOBODY, 0)
+            if applied.sendsBody {
+                check(pw_curl_easy_setopt_off_t(h, CURLOPT_POSTFIELDSIZE_LARGE, -1))
+                clear(CURLOPT_COPYPOSTFIELDS)
+                clear(CURLOPT_POSTFIELDS)
+            }
+            long(CURLOPT_HTTPGET, 1)
+            if method == "HEAD" {
+                long(CURLOPT_NOBODY, 1)
+            } else if sendsBody {
+                long(CURLOPT_POST, 1)
+                if method != "POST" { string(CURLOPT_CUSTOMREQUEST, method) }
+            } else if method != "GET" {
+                string(CURLOPT_CUSTOMREQUEST, method)
+            }
+            applied.method = method
+        }
+        if sendsBody {
             check(pw_curl_easy_setopt_off_t(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
             // COPYPOSTFIELDS makes curl own a copy, so nothing of ours has to outlive this call.
             check(request.body.withUnsafeBytes { bytes in
@@ -271,27 +324,37 @@ final class EventLoop: Sendable {
                 let pointer = bytes.baseAddress ?? UnsafeRawPointer(empty.utf8Start)
                 return pw_curl_easy_setopt_ptr(h, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: pointer))
             })
-            if method != "POST" { string(CURLOPT_CUSTOMREQUEST, method) }
-        } else if method != "GET" {
-            string(CURLOPT_CUSTOMREQUEST, method)
         }
 
-        let list = HeaderList()
-        var listOK = true
-        var hasContentType = false
-        for field in request.headers {
-            if HTTPHeaders.equalsIgnoringCase(field.name, "Content-Type") { hasContentType = true }
-            // "Name:" would tell curl to remove the header; "Name;" sends it with an empty value.
-            listOK = listOK && list.append(field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)")
+        if applied.headers != request.headers || applied.sendsBody != sendsBody || easy.headerList == nil {
+            let list = HeaderList()
+            var listOK = true
+            var hasContentType = false
+            for field in request.headers {
+                if HTTPHeaders.equalsIgnoringCase(field.name, "Content-Type") { hasContentType = true }
+                // "Name:" would tell curl to remove the header; "Name;" sends it with an empty value.
+                listOK = listOK && list.append(field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)")
+            }
+            // No `Expect: 100-continue` round trip, and no made-up form content type for a bare body.
+            listOK = listOK && list.append("Expect:")
+            if sendsBody && !hasContentType { listOK = listOK && list.append("Content-Type:") }
+            guard listOK else {
+                easy.forgetOptions()
+                applied = easy.applied
+                return HTTPClientError(kind: .other, detail: "out of memory")
+            }
+            // The old list may go only once curl points at the new one.
+            check(pw_curl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list.raw))
+            easy.headerList = list
+            applied.headers = request.headers
         }
-        // No `Expect: 100-continue` round trip, and no made-up form content type for a bare body.
-        listOK = listOK && list.append("Expect:")
-        if sendsBody && !hasContentType { listOK = listOK && list.append("Content-Type:") }
-        guard listOK else { return HTTPClientError(kind: .other, detail: "out of memory") }
-        transfer.headerList = list
-        check(pw_curl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list.raw))
+        applied.sendsBody = sendsBody
 
-        guard rc == CURLE_OK else { return HTTPClientError(code: rc, exceededLimit: false) }
+        guard rc == CURLE_OK else {
+            easy.forgetOptions()
+            applied = easy.applied
+            return HTTPClientError(code: rc, exceededLimit: false)
+        }
         return nil
     }
 }

@@ -71,18 +71,32 @@ public final class HTTPClient: Sendable {
         return nil
     }
 
-    static func hasPrefixIgnoringCase(_ s: String.UTF8View, _ prefix: String) -> Bool {
-        guard s.count >= prefix.utf8.count else { return false }
-        return zip(s, prefix.utf8).allSatisfy { a, b in (a >= 0x41 && a <= 0x5A ? a | 0x20 : a) == b }
+    static func hasPrefixIgnoringCase(_ s: String.UTF8View, _ prefix: StaticString) -> Bool {
+        let count = prefix.utf8CodeUnitCount
+        var index = s.startIndex
+        for i in 0..<count {
+            guard index != s.endIndex else { return false }
+            let a = s[index]
+            guard (a >= 0x41 && a <= 0x5A ? a | 0x20 : a) == prefix.utf8Start[i] else { return false }
+            s.formIndex(after: &index)
+        }
+        return true
     }
 
-    /// RFC 9110 `tchar`.
-    private static func isTokenByte(_ b: UInt8) -> Bool {
-        switch b {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):
-            return true
-        default:
-            return "!#$%&'*+-.^_`|~".utf8.contains(b)
+    /// RFC 9110 `tchar`, as a bit set over the 128 ASCII bytes.
+    private static let tokenBits: (UInt64, UInt64) = {
+        var low: UInt64 = 0
+        var high: UInt64 = 0
+        for b in "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8 {
+            if b < 64 { low |= 1 << UInt64(b) } else { high |= 1 << UInt64(b - 64) }
         }
+        return (low, high)
+    }()
+
+    private static func isTokenByte(_ b: UInt8) -> Bool {
+        let bits = tokenBits
+        if b < 64 { return bits.0 & (1 << UInt64(b)) != 0 }
+        if b < 128 { return bits.1 & (1 << UInt64(b - 64)) != 0 }
+        return false
     }
 }

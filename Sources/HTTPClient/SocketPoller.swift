@@ -68,23 +68,72 @@ final class SocketPoller: @unchecked Sendable {
         _ = write(wakeWrite, &byte, 1)
     }
 
+    /// What the epoll set holds for one descriptor number.
+    private struct Slot {
+        /// The events the descriptor is registered with in the epoll set; 0 when not registered.
+        var registered: UInt32 = 0
+    }
+
+    /// Indexed by descriptor number; grows to the highest descriptor curl has shown us.
+    private var slots: [Slot] = []
+
+    private func withSlot<R>(_ fd: Int32, _ body: (inout Slot) -> R) -> R {
+        let index = Int(fd)
+        if index >= slots.count { slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - slots.count)) }
+        return body(&slots[index])
+    }
+
     /// CURLMOPT_SOCKETFUNCTION's work: watch `fd` for `what` (CURL_POLL_IN/OUT/INOUT), or stop (REMOVE).
+    ///
+    /// Epoll is told only about changes: curl repeats a socket's interest often, and a socket it
+    /// starts watching is added directly rather than after a failed EPOLL_CTL_MOD.
+    ///
+    /// A socket curl stops watching leaves the epoll set at once. Keeping idle keep-alive sockets
+    /// registered until their next use would save that and the re-add, but then HTTP/2 transfers
+    /// failed now and then with CURLE_HTTP2_STREAM (about 4 in 100 runs of
+    /// `concurrentCallsShareOneHTTP2Connection`, libcurl 7.88), even when the events of unwatched
+    /// sockets were still handed to curl.
     func watch(_ fd: Int32, _ what: Int32) {
+        guard fd >= 0 else { return }
         var interest: UInt32 = 0
         if what & Int32(CURL_POLL_IN) != 0 { interest |= EPOLLIN.rawValue }
         if what & Int32(CURL_POLL_OUT) != 0 { interest |= EPOLLOUT.rawValue }
-        guard what != Int32(CURL_POLL_REMOVE), interest != 0 else {
-            // Fails harmlessly when curl already closed the socket (close drops the registration).
-            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
-            return
+        withSlot(fd) { slot in
+            guard what != Int32(CURL_POLL_REMOVE), interest != 0 else {
+                // Fails harmlessly when curl already closed the socket (close drops the registration).
+                if slot.registered != 0 { _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil) }
+                slot.registered = 0
+                return
+            }
+            guard slot.registered != interest else { return }
+            var event = epoll_event()
+            event.events = interest
+            event.data.fd = fd
+            if slot.registered != 0 {
+                // A descriptor number closed and reopened behind our back is not registered any more.
+                if epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) != 0, errno == ENOENT {
+                    _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
+                }
+            } else if epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) != 0, errno == EEXIST {
+                _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+            }
+            slot.registered = interest
         }
-        var event = epoll_event()
-        event.events = interest
-        event.data.fd = fd
-        // A descriptor number curl closed and reopened without telling us is not registered any more.
-        if epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) != 0, errno == ENOENT {
-            _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
-        }
+    }
+
+    /// CURLOPT_OPENSOCKETFUNCTION's work: what curl does itself, plus a fresh slot for the number,
+    /// so a number reused after a close curl did not report is never taken as still registered.
+    func openSocket(family: Int32, type: Int32, protocol: Int32) -> Int32 {
+        let fd = socket(family, type, `protocol`)
+        guard fd >= 0 else { return fd }
+        withSlot(fd) { $0 = Slot() }
+        return fd
+    }
+
+    /// CURLOPT_CLOSESOCKETFUNCTION's work. The close also drops any epoll registration.
+    func closeSocket(_ fd: Int32) -> Int32 {
+        if fd >= 0, Int(fd) < slots.count { slots[Int(fd)] = Slot() }
+        return close(fd)
     }
 
     /// CURLMOPT_TIMERFUNCTION's work: curl wants one timeout call in `milliseconds`; -1 cancels it.
@@ -155,4 +204,20 @@ let curlTimerCallback: pw_curl_timer_cb = { _, milliseconds, userp in
     guard let userp else { return -1 }
     Unmanaged<SocketPoller>.fromOpaque(userp).takeUnretainedValue().setTimer(milliseconds)
     return 0
+}
+
+/// CURLOPT_OPENSOCKETFUNCTION. `clientp` is the loop's poller, unretained (the multi handle owns
+/// it and outlives every easy handle and connection).
+let curlOpenSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?)
+    -> curl_socket_t = { clientp, _, address in
+    guard let clientp, let address else { return -1 }
+    return Unmanaged<SocketPoller>.fromOpaque(clientp).takeUnretainedValue()
+        .openSocket(family: address.pointee.family, type: address.pointee.socktype, protocol: address.pointee.protocol)
+}
+
+/// CURLOPT_CLOSESOCKETFUNCTION. `clientp` as for `curlOpenSocketCallback`; curl also calls it while
+/// `curl_multi_cleanup` closes the cached connections, which is why the poller outlives that call.
+let curlCloseSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curl_socket_t) -> Int32 = { clientp, fd in
+    guard let clientp else { return close(fd) }
+    return Unmanaged<SocketPoller>.fromOpaque(clientp).takeUnretainedValue().closeSocket(fd)
 }

@@ -19,8 +19,9 @@ final class Transfer: @unchecked Sendable {
 
     var continuation: CheckedContinuation<Outcome, Never>?
     var easy: EasyHandle?
-    var headerList: HeaderList?
-    var responseHeaders = HTTPHeaders()
+    /// Fields of the response's current header block; a few slots are reserved up front, as
+    /// every response brings several.
+    var responseFields: [HTTPHeaders.Field] = []
     var responseHeaderBytes = 0
     var body: [UInt8] = []
     var exceededLimit = false
@@ -76,13 +77,17 @@ let transferHeaderCallback: pw_curl_data_cb = { data, size, count, userdata in
     }
     let line = UnsafeRawBufferPointer(start: data, count: length)
     if line.starts(with: "HTTP/".utf8) {
-        transfer.responseHeaders = HTTPHeaders()
+        if transfer.responseFields.capacity == 0 {
+            transfer.responseFields.reserveCapacity(8)
+        } else {
+            transfer.responseFields.removeAll(keepingCapacity: true)
+        }
         return length
     }
     guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return length }
     let name = String(decoding: line[..<colon], as: UTF8.self)
     let value = trimmed(line[(colon + 1)...])
-    transfer.responseHeaders.add(name, String(decoding: value, as: UTF8.self))
+    transfer.responseFields.append(HTTPHeaders.Field(name, String(decoding: value, as: UTF8.self)))
     return length
 }
 

@@ -19,6 +19,8 @@ import Testing
         return Reply(body: [UInt8](repeating: 0x61, count: 4096))
     case "/big-chunked":
         return Reply(body: [UInt8](repeating: 0x61, count: 4096), chunked: true)
+    case "/close-after":
+        return Reply(body: Array("bye".utf8), closeAfter: true)
     case "/redirect":
         return Reply(status: 302, headers: [("Location", "/echo")])
     default:
@@ -118,6 +120,60 @@ struct HTTPClientTests {
         }
     }
 
+    /// One connection and one pooled easy handle serve every call in turn, so each call below
+    /// reuses the handle the previous one configured: nothing of an earlier request may leak.
+    @Test func aReusedHandleCarriesNothingOfThePreviousRequest() async throws {
+        try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 1, maxTotalConnections: 1)) { server, client, base in
+            let post = try await client.execute(HTTPClientRequest(
+                method: "POST", url: base + "/echo?n=1",
+                headers: ["Authorization": "Bearer first", "Content-Type": "application/json", "X-Only-First": "1"],
+                body: Array(#"{"a":1}"#.utf8), timeoutMillis: 5000))
+            #expect(post.headers["X-Method"] == "POST")
+            let get = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo?n=2"))
+            #expect(get.headers["X-Method"] == "GET")
+            let head = try await client.execute(HTTPClientRequest(method: "HEAD", url: base + "/echo?n=3"))
+            #expect(head.status == 201)
+            #expect(head.body.isEmpty)
+            let put = try await client.execute(HTTPClientRequest(method: "PUT", url: base + "/echo?n=4", body: [9, 8]))
+            #expect(put.headers["X-Method"] == "PUT")
+            let postAgain = try await client.execute(HTTPClientRequest(
+                method: "POST", url: base + "/echo?n=5", headers: ["Authorization": "Bearer second"], body: [7]))
+            #expect(postAgain.headers["X-Method"] == "POST")
+            let getAgain = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo?n=6"))
+            #expect(getAgain.status == 201)
+
+            let seen = server.requests
+            try #require(seen.count == 6)
+            #expect(seen.map(\.method) == ["POST", "GET", "HEAD", "PUT", "POST", "GET"])
+            #expect(seen.map(\.target) == (1...6).map { "/echo?n=\($0)" })
+            #expect(seen.map(\.body) == [Array(#"{"a":1}"#.utf8), [], [], [9, 8], [7], []])
+            for request in [seen[1], seen[2], seen[5]] {
+                #expect(request.header("Content-Length") == nil, "\(request.method) \(request.target)")
+                #expect(request.header("Content-Type") == nil)
+                #expect(request.header("Authorization") == nil)
+                #expect(request.header("X-Only-First") == nil)
+            }
+            #expect(seen[3].header("Content-Type") == nil)
+            #expect(seen[3].header("Authorization") == nil)
+            #expect(seen[4].header("Authorization") == "Bearer second")
+            #expect(seen[4].header("X-Only-First") == nil)
+            #expect(seen[4].header("Content-Type") == nil)
+            #expect(server.acceptedConnections == 1)
+
+            // A short timeout set on the handle does not outlive its call, and a long one does not either.
+            await expectFailure(.timeout) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 200))
+            }
+            let slow = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/slow", timeoutMillis: 3000))
+            #expect(slow.body == Array("ok".utf8))
+            let start = ContinuousClock.now
+            await expectFailure(.timeout) {
+                try await client.execute(HTTPClientRequest(method: "POST", url: base + "/hang", body: [1], timeoutMillis: 250))
+            }
+            #expect(milliseconds(since: start) < 1500)
+        }
+    }
+
     @Test func serviceUnavailableIsAResponseNotAnError() async throws {
         try await withUpstream { _, client, base in
             let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/unavailable"))
@@ -207,6 +263,47 @@ struct HTTPClientTests {
         let accepted = server.acceptedConnections
         #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
         #expect(server.acceptedConnections == accepted)
+    }
+
+    /// Keep-alive connections the server drops while they sit idle in curl's cache must neither
+    /// spin the loop (a socket left in the epoll set would stay readable) nor break the next
+    /// call, which gets a fresh connection, likely under a descriptor number the poller has seen.
+    @Test func idleConnectionsClosedByTheServerLeaveTheLoopIdleAndAreReplaced() async throws {
+        let server = try TestHTTPServer(handler: route)
+        defer { server.stop() }
+        let before = curlLoopThreads()
+        let client = try HTTPClient(configuration: HTTPClientConfiguration(maxConnectionsPerHost: 4))
+        defer { client.shutdown() }
+        var ours = Set<String>()
+        let named = ContinuousClock.now
+        while ours.isEmpty, milliseconds(since: named) < 2000 {
+            try await Task.sleep(for: .milliseconds(5))
+            ours = curlLoopThreads().subtracting(before)
+        }
+        #expect(!ours.isEmpty)
+        let base = "http://127.0.0.1:\(server.port)"
+        for round in 0..<3 {
+            let bodies = try await withThrowingTaskGroup(of: [UInt8].self) { group in
+                for i in 0..<4 {
+                    group.addTask {
+                        try await client.execute(HTTPClientRequest(method: "GET", url: base + "/close-after?r=\(round)&i=\(i)")).body
+                    }
+                }
+                return try await group.reduce(into: [[UInt8]]()) { $0.append($1) }
+            }
+            #expect(bodies == [[UInt8]](repeating: Array("bye".utf8), count: 4))
+            // Let the server's closes arrive while the connections sit idle in curl's cache.
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(server.acceptedConnections >= 8, "\(server.acceptedConnections) connections")
+
+        let start = cpuMillis(of: ours)
+        try await Task.sleep(for: .seconds(1))
+        let spent = cpuMillis(of: ours) - start
+        #expect(spent < 150, "loop thread used \(spent) ms of CPU in 1 s idle")
+        let response = try await client.execute(HTTPClientRequest(method: "POST", url: base + "/echo", body: [1]))
+        #expect(response.status == 201)
+        #expect(server.requests.last?.body == [1])
     }
 
     @Test func perHostConnectionLimitIsHonoured() async throws {
@@ -325,7 +422,22 @@ struct HTTPClientTests {
             await expectFailure(.other) {
                 try await client.execute(HTTPClientRequest(method: "GET /x HTTP/1.1\r\n", url: base + "/echo"))
             }
+            for method in ["GE T", "GET\u{7F}", "PÖST", "(GET)", ""] {
+                await expectFailure(.other) { try await client.execute(HTTPClientRequest(method: method, url: base + "/echo")) }
+            }
+            for name in ["X A", "X:A", "X-Ä", "{X}", ""] {
+                await expectFailure(.other) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo", headers: HTTPHeaders([.init(name, "1")])))
+                }
+            }
             #expect(server.requests.isEmpty)
+            // Every tchar is accepted, in method and header names alike, and the scheme in any case.
+            let tchars = "!#$%&'*+-.^_`|~09azAZ"
+            let response = try await client.execute(HTTPClientRequest(
+                method: "X-" + tchars, url: "HTTP://" + base.dropFirst("http://".count) + "/echo",
+                headers: HTTPHeaders([.init(tchars, "1")])))
+            #expect(response.headers["X-Method"] == "X-" + tchars)
+            #expect(server.requests.last?.header(tchars) == "1")
         }
     }
 

@@ -25,6 +25,9 @@ struct Reply: Sendable {
     var hang = false
     /// Send the body with chunked transfer coding (no Content-Length up front).
     var chunked = false
+    /// Close the connection right after the response without saying so (no `Connection: close`),
+    /// as a server dropping an idle keep-alive connection does.
+    var closeAfter = false
 }
 
 /// A minimal HTTP/1.1 server on 127.0.0.1 with keep-alive, for tests only: a polling accept thread
@@ -181,6 +184,10 @@ final class TestHTTPServer: Sendable {
                 let n = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if n <= 0 { return }
                 sent += n
+            }
+            if reply.closeAfter {
+                usleep(20_000)
+                return
             }
         }
     }
