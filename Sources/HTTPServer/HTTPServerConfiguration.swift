@@ -6,12 +6,12 @@ public struct HTTPServerConfiguration: Sendable {
     public var host: String
     /// 0 binds any free port; read the result from `HTTPServer.port`.
     public var port: Int
-    /// Size of the epoll thread pool. Connections are spread over these threads; a request
-    /// waiting on its async handler holds none of them.
+    /// Event loops (one thread each), each with its own listening socket; the kernel spreads
+    /// connections over them. A request waiting on its handler holds none of them.
     public var threads: Int
-    /// Concurrent connections over which new ones are refused.
+    /// Concurrent connections over which new ones are refused, shared out evenly between the loops.
     public var connectionLimit: Int
-    /// Concurrent connections per client IP; 0 means unlimited.
+    /// Concurrent connections per client IP and loop; 0 means unlimited.
     public var perIPConnectionLimit: Int
     /// Idle seconds after which a connection is closed (also bounds slow clients).
     public var connectionTimeoutSeconds: Int
