@@ -162,8 +162,8 @@ if want es256; then
   LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 fi
 if want forwarded; then
-  LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$ SESSIONS="$work/sessions-hs256.txt" APP=bench
-  LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$ SESSIONS="$work/sessions-hs256.txt" APP=bench
+  LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
+  LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
 if want tail && want hit; then
   half=$(awk -F'|' '$1=="pw_hit_hs256" {printf "%d", $2 / 2}' "$results")
