@@ -118,7 +118,8 @@ for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port; do wait_por
 run() {
   local name=$1 url=$2 conns=$3 duration=$4; shift 4
   local out="$work/$name.txt"
-  local perf_pid=
+  local perf_pid= calls_before=
+  [[ $name == pw_hit_* || $name == pw_tail ]] && calls_before=$(upstream_calls)
   if [[ -n $PERF && ( $name == pw_hit_hs256 || $name == pw_forwarded ) ]]; then
     mkdir -p bench-out
     perf record -q -e cpu-clock -g -p "$pw_pid" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
@@ -132,9 +133,12 @@ run() {
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$out"); non2xx=${non2xx:-0}
   errors=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$out"); errors=${errors:-0}
   [[ -n $perf_pid ]] && { wait "$perf_pid" || true; }
+  [[ -n $calls_before ]] && fact "${name}_upstream_calls" "$(( $(upstream_calls) - calls_before ))"
   echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
   echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
 }
+# Upstream calls so far: a hit scenario that makes any measured misses, not hits.
+upstream_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pw_pid/status"; }
 register_lua=scripts/bench/register.lua
 
