@@ -474,7 +474,12 @@ struct HTTPClientTLSTests {
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for _ in 0..<100 {
                 group.addTask {
-                    try await client.execute(HTTPClientRequest(method: "POST", url: url, body: Array("{}".utf8))).status
+                    // GET: nginx's `return` answers before reading a request body and then resets
+                    // the stream (RST_STREAM NO_ERROR), which libcurl 7.88 at times reports as a
+                    // stream error when the body's DATA frame was still on its way. That race is
+                    // the test peer's, not multiplexing's; real upstreams read the body first, and
+                    // UpstreamCaller retries a transport error anyway.
+                    try await client.execute(HTTPClientRequest(method: "GET", url: url)).status
                 }
             }
             return try await group.reduce(into: [Int]()) { $0.append($1) }
