@@ -138,7 +138,7 @@ final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Senda
         let isIPv6 = configuration.host.contains(":")
         let loop: EventLoop
         do {
-            loop = try EventLoop(name: "pw-http-\(index)")
+            loop = try EventLoop(name: "\(configuration.name)-\(index)")
         } catch {
             close(socket)
             throw HTTPServerError(message: "cannot start an event loop: \(error.detail)")

@@ -18,6 +18,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// Per-connection memory pool in bytes. It holds the request head, so it bounds the header
     /// block size: a larger head is refused by the server itself without reaching the handler.
     public var connectionMemoryLimit: Int
+    /// Names the loop threads `<name>-<index>` (at most 15 bytes are kept), so `top -H` and
+    /// profilers tell one server's loops from another's.
+    public var name: String
 
     public init(
         host: String = "127.0.0.1",
@@ -26,7 +29,8 @@ public struct HTTPServerConfiguration: Sendable {
         connectionLimit: Int = 10_000,
         perIPConnectionLimit: Int = 0,
         connectionTimeoutSeconds: Int = 30,
-        connectionMemoryLimit: Int = 32 * 1024
+        connectionMemoryLimit: Int = 32 * 1024,
+        name: String = "pw-http"
     ) {
         self.host = host
         self.port = port
@@ -35,6 +39,7 @@ public struct HTTPServerConfiguration: Sendable {
         self.perIPConnectionLimit = perIPConnectionLimit
         self.connectionTimeoutSeconds = connectionTimeoutSeconds
         self.connectionMemoryLimit = connectionMemoryLimit
+        self.name = name
     }
 
     /// Online CPU cores, at least 1.

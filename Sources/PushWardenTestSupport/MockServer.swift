@@ -59,7 +59,7 @@ public final class MockServer: Sendable {
     ///   - record: keep every request (off for benchmarks).
     public init(host: String = "127.0.0.1", port: Int = 0, threads: Int = 2, latencyMillis: Int = 0, record: Bool = true) throws {
         exchange = Exchange(record: record)
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads),
+        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads, name: "mock-http"),
                                 handler: Handler(exchange: exchange, latencyMillis: latencyMillis))
     }
 

@@ -153,7 +153,8 @@ public final class Sidecar: Sendable {
         }
         do {
             adminServer = try HTTPServer(
-                configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1),
+                configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
+                                                       name: "pw-admin"),
                 handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true))
         } catch {
             throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
