@@ -210,7 +210,9 @@ final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Senda
         if context.needsRun || (deadline.map { now >= $0 } ?? false) { run() }
     }
 
-    var nextDeadline: UInt64? { deadline }
+    /// Now when a connection was resumed after this turn's `turnEnded` (by a later participant),
+    /// so the loop does not sleep on it.
+    var nextDeadline: UInt64? { context.needsRun ? 0 : deadline }
 
     private func run() {
         guard !daemonStopped else { return }
