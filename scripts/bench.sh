@@ -160,6 +160,13 @@ if want hit; then
   LUA= run server_floor "http://127.0.0.1:$mock_port/static" "$HIT_CONNECTIONS" "$DURATION"
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
+# Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
+if want tail && want hit; then
+  half=$(awk -F'|' '$1=="pw_hit_hs256" {printf "%d", $2 / 2}' "$results")
+  fact tail_rate "$half"
+  LUA=scripts/bench/paced.lua run pw_tail "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit \
+    SESSIONS="$work/sessions-hs256.txt" APP=bench RATE="$half" CONNS="$HIT_CONNECTIONS"
+fi
 if want es256; then
   verify=$(openssl speed -seconds 3 -multi "$(nproc)" ecdsap256 2>/dev/null | awk '/256 bits ecdsa/ {print $NF}')
   fact openssl_es256_verify "$verify"
@@ -168,12 +175,6 @@ fi
 if want forwarded; then
   LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
-fi
-if want tail && want hit; then
-  half=$(awk -F'|' '$1=="pw_hit_hs256" {printf "%d", $2 / 2}' "$results")
-  fact tail_rate "$half"
-  LUA=scripts/bench/paced.lua run pw_tail "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit \
-    SESSIONS="$work/sessions-hs256.txt" APP=bench RATE="$half" CONNS="$HIT_CONNECTIONS"
 fi
 if want memory; then
   # RSS with IDLE_CONNECTIONS open client connections (each sent one request and kept alive).
