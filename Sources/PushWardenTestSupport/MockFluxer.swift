@@ -10,7 +10,7 @@ import Synchronization
 /// limits, `URL_NOT_PUBLICLY_ROUTABLE`, registrations per user keyed by the four values, and its
 /// per-user rate limits (20/min register, 40/min unregister). It records what it received and can
 /// be told to answer with scripted statuses.
-public final class MockFluxer: Sendable {
+public final class MockFluxer: ProviderMock {
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 
@@ -34,7 +34,7 @@ public final class MockFluxer: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: MockServer
+    public let server: MockServer
     /// User sessions the mock accepts (the value of `Authorization`, verbatim).
     public let sessions: Set<String>
     /// Sessions of accounts with an outstanding required action.
@@ -50,18 +50,12 @@ public final class MockFluxer: Sendable {
         self.suspicious = suspicious
         self.rateLimited = rateLimited
         server = try MockServer(host: host, port: port, threads: threads)
-        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
+        server.respond(as: self) { $0.documented($1) }
     }
-
-    public var port: Int { server.port }
-    /// The API origin to put in a policy as `base_url`.
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
 
     public static let registerPath = "/v1/users/@me/mobile-devices"
     public static let unregisterPath = "/v1/users/@me/mobile-devices/unregister"
 
-    public var received: [Received] { server.received }
-    public func received(path: String) -> [Received] { received.filter { $0.path == path } }
     public var registers: [Received] { received(path: Self.registerPath) }
     public var unregisters: [Received] { received(path: Self.unregisterPath) }
     /// What is stored for a user, by device_id.
@@ -70,9 +64,6 @@ public final class MockFluxer: Sendable {
         server.reset()
         state.withLock { $0 = State() }
     }
-    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
-
-    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {

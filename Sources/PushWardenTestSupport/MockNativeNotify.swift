@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// It records what it received so tests can assert it exactly, can be scripted with answers,
 /// and lets a test switch environments off (`403 environment_disabled`).
-public final class MockNativeNotify: Sendable {
+public final class MockNativeNotify: ProviderMock {
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 
@@ -37,7 +37,7 @@ public final class MockNativeNotify: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: MockServer
+    public let server: MockServer
     public let appID: Int
     public let appToken: String
 
@@ -45,20 +45,13 @@ public final class MockNativeNotify: Sendable {
         self.appID = appID
         self.appToken = appToken
         server = try MockServer(host: host, port: port, threads: threads)
-        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
+        server.respond(as: self) { $0.documented($1) }
     }
 
-    public var port: Int { server.port }
-    /// The `base_url` to put in a policy.
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
-
-    public var received: [Received] { server.received }
-    public func received(path suffix: String) -> [Received] { server.received(path: suffix) }
     public var registrations: [Received] { received(path: "/api/universal/device/register") }
     public var deregistrations: [Received] { received(path: "/api/universal/device/deregister") }
     public func device(_ deviceID: String) -> Device? { state.withLock { $0.devices[deviceID] } }
     public var devices: [Device] { state.withLock { Array($0.devices.values) } }
-    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
     /// Deletes a device as Native Notify's dashboard would, behind PushWarden's back.
     public func removeDevice(_ deviceID: String) {
         state.withLock { state in
@@ -67,8 +60,6 @@ public final class MockNativeNotify: Sendable {
         }
     }
     public func disable(environment: String) { _ = state.withLock { $0.disabledEnvironments.insert(environment) } }
-
-    public func stop() async { await server.stop() }
 
     // MARK: The document's behaviour
 

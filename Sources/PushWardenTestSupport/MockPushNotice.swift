@@ -14,7 +14,7 @@ import Synchronization
 /// register, without `platform` `ios`, `android` or `web`) is `422`
 /// `{"ok":false,"error":{"code":"validation_failed","message":...}}`; unparsable JSON is `422`
 /// `invalid_json`; a successful register answers `200 {"ok":true,"subscriber_id":N}`.
-public final class MockPushNotice: Sendable {
+public final class MockPushNotice: ProviderMock {
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 
@@ -36,7 +36,7 @@ public final class MockPushNotice: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: MockServer
+    public let server: MockServer
     public let apiKey: String
     public let slug: String
     /// The groups operators created in the dashboard; `Master` holds every device.
@@ -51,15 +51,11 @@ public final class MockPushNotice: Sendable {
         self.slug = slug
         self.knownGroups = knownGroups
         server = try MockServer(host: host, port: port, threads: threads)
-        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
+        server.respond(as: self) { $0.documented($1) }
     }
 
-    public var port: Int { server.port }
-    /// The base URL to put in a policy.
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
     public var subscribersPath: String { "/api/v1/apps/\(slug)/subscribers" }
 
-    public var received: [Received] { server.received }
     public func received(method: String) -> [Received] { received.filter { $0.method == method } }
     public var subscribers: [Subscriber] { state.withLock { $0.subscribers } }
     public func subscriber(token: String) -> Subscriber? { subscribers.first { $0.token == token } }
@@ -67,9 +63,6 @@ public final class MockPushNotice: Sendable {
         server.reset()
         state.withLock { $0 = State() }
     }
-    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
-
-    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {

@@ -9,7 +9,7 @@ import Synchronization
 /// token (the same token registered again keeps its id; under another distinct ID it moves),
 /// `previousPushDeviceTokenId` dropping that registration, and `404` for a device another
 /// distinct ID registered. It records what it received and can answer scripted statuses.
-public final class MockVoidhash: Sendable {
+public final class MockVoidhash: ProviderMock {
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 
@@ -31,7 +31,7 @@ public final class MockVoidhash: Sendable {
     }
 
     private let state = Mutex(State())
-    private let server: MockServer
+    public let server: MockServer
     public let publishableKey: String
 
     public static let requiredHeaders = ["x-publishable-key", "x-distinct-id", "x-client-bundle-id", "x-platform", "x-platform-flavor",
@@ -40,23 +40,14 @@ public final class MockVoidhash: Sendable {
     public init(publishableKey: String = "vh_pk_mock", host: String = "127.0.0.1", port: Int = 0) throws {
         self.publishableKey = publishableKey
         server = try MockServer(host: host, port: port, threads: 2)
-        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
+        server.respond(as: self) { $0.documented($1) }
     }
 
-    public var port: Int { server.port }
-    /// The API origin to put in a policy.
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
-
-    public var received: [Received] { server.received }
-    public func received(path suffix: String) -> [Received] { server.received(path: suffix) }
     public var devices: [Device] { state.withLock { Array($0.devices.values) } }
     public func device(token: String) -> Device? { state.withLock { $0.devices.values.first { $0.platformToken == token } } }
     public func device(id: String) -> Device? { state.withLock { $0.devices[id] } }
-    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
     /// Off: every call answers 403, as for a team without push notifications.
     public func setPushEnabled(_ enabled: Bool) { state.withLock { $0.pushEnabled = enabled } }
-
-    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {

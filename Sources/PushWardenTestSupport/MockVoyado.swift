@@ -6,11 +6,11 @@ import PWCore
 /// endpoints under a base path, `Authorization: Bearer <PublicApiKey>`, its validation and its
 /// error envelope. It records what it received so that tests can assert it exactly, and can be
 /// told to answer with scripted statuses or after a delay.
-public final class MockVoyado: Sendable {
+public final class MockVoyado: ProviderMock {
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 
-    private let server: MockServer
+    public let server: MockServer
     public let apiKey: String
     public let basePathPrefix: String
 
@@ -23,19 +23,13 @@ public final class MockVoyado: Sendable {
         self.apiKey = apiKey
         self.basePathPrefix = basePathPrefix
         server = try MockServer(host: host, port: port, threads: threads, latencyMillis: latencyMillis, record: record)
-        server.respond { [weak self] request in self?.documented(request) ?? HTTPResponse(status: 503) }
+        server.respond(as: self) { $0.documented($1) }
     }
 
-    public var port: Int { server.port }
     /// The base path to put in a policy.
     public var basePath: String { "http://127.0.0.1:\(port)\(basePathPrefix)" }
 
-    public var received: [Received] { server.received }
-    public func received(path suffix: String) -> [Received] { server.received(path: suffix) }
     public func reset() { server.reset() }
-    public func enqueue(_ answers: Scripted...) { server.enqueue(answers) }
-
-    public func stop() async { await server.stop() }
 
     /// The behaviour the seed document describes.
     private func documented(_ request: HTTPRequest) -> HTTPResponse {
