@@ -55,48 +55,44 @@ import Testing
     // MARK: Register
 
     @Test func legacyFCMRegistrationCarriesTheUsersSessionAndTheMappedPlatform() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let token = Self.fcmToken()
-        let reply = try await h.post("/installations", """
-            {"platform":"android","push_token":"\(token)","app_version":"3.4.1","os_version":"14","device_model":"Pixel 8","locale":"sv-SE"}
-            """, headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let reply = try await h.post("/installations", """
+                {"platform":"android","push_token":"\(token)","app_version":"3.4.1","os_version":"14","device_model":"Pixel 8","locale":"sv-SE"}
+                """, headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
 
-        try #require(mock.received.count == 1)
-        let call = mock.received[0]
-        #expect(call.method == "POST")
-        #expect(call.path == "/v1/users/@me/mobile-devices")
-        #expect(call.headers["Authorization"] == Self.session)
-        #expect(call.headers["Content-Type"] == "application/json")
-        #expect(call.headers["X-Fluxer-Session"] == nil)
-        #expect(!call.headers.contains { $0.value.contains(h.token(contact: "alice").prefix(20)) }, "the app session stays home")
-        #expect(call.bodyText == #"{"platform":"android_fcm","token":"\#(token)","app_id":"stable","user_agent":"app_version=3.4.1; os_version=14; device_model=Pixel 8"}"#)
-        let stored = mock.registrations(session: Self.session)
-        #expect(stored.count == 1)
-        #expect(stored.values.first?.platform == "android_fcm")
-        Self.expectClean(h, [token])
-        await h.stop()
-        await mock.stop()
+            try #require(mock.received.count == 1)
+            let call = mock.received[0]
+            #expect(call.method == "POST")
+            #expect(call.path == "/v1/users/@me/mobile-devices")
+            #expect(call.headers["Authorization"] == Self.session)
+            #expect(call.headers["Content-Type"] == "application/json")
+            #expect(call.headers["X-Fluxer-Session"] == nil)
+            #expect(!call.headers.contains { $0.value.contains(h.token(contact: "alice").prefix(20)) }, "the app session stays home")
+            #expect(call.bodyText == #"{"platform":"android_fcm","token":"\#(token)","app_id":"stable","user_agent":"app_version=3.4.1; os_version=14; device_model=Pixel 8"}"#)
+            let stored = mock.registrations(session: Self.session)
+            #expect(stored.count == 1)
+            #expect(stored.values.first?.platform == "android_fcm")
+            Self.expectClean(h, [token])
+        }
     }
 
     @Test func webPushVoIPRegistrationSendsBothKeysAndTheDevelopmentEnvironment() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let url = Self.endpoint(), keys = Self.keys()
-        let reply = try await h.post("/installations", """
-            {"platform":"ios","push_service":"apns_voip","push_token":"\(url)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"},"environment":"sandbox"}
-            """, headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        try #require(mock.registers.count == 1)
-        #expect(mock.registers[0].bodyText == #"{"platform":"ios_apns_voip","token":"\#(url)","encryption_key":"\#(keys.p256dh)","auth_secret":"\#(keys.auth)","app_id":"stable","provider_environment":"development"}"#)
-        let stored = try #require(mock.registrations(session: Self.session).values.first)
-        #expect(stored.providerEnvironment == "development")
-        Self.expectClean(h, [url, keys.p256dh, keys.auth])
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let url = Self.endpoint(), keys = Self.keys()
+            let reply = try await h.post("/installations", """
+                {"platform":"ios","push_service":"apns_voip","push_token":"\(url)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"},"environment":"sandbox"}
+                """, headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            try #require(mock.registers.count == 1)
+            #expect(mock.registers[0].bodyText == #"{"platform":"ios_apns_voip","token":"\#(url)","encryption_key":"\#(keys.p256dh)","auth_secret":"\#(keys.auth)","app_id":"stable","provider_environment":"development"}"#)
+            let stored = try #require(mock.registrations(session: Self.session).values.first)
+            #expect(stored.providerEnvironment == "development")
+            Self.expectClean(h, [url, keys.p256dh, keys.auth])
+        }
     }
 
     @Test func unifiedPushAndApnsMapToTheirPlatformsWithThePolicysAppAndEnvironment() async throws {
@@ -122,171 +118,153 @@ import Testing
     }
 
     @Test func duplicateRegistrationMakesNoCallEvenWithARotatedSession() async throws {
-        let mock = try MockFluxer(sessions: [Self.session, "rotated-session"])
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        let again = try await h.post("/installations", body, headers: ["X-Fluxer-Session": "rotated-session"])
-        #expect(again.status == 202)
-        #expect(again.outcome("fluxer") == "unchanged")
-        #expect(mock.received.count == 1)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(sessions: [Self.session, "rotated-session"]), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            let again = try await h.post("/installations", body, headers: ["X-Fluxer-Session": "rotated-session"])
+            #expect(again.status == 202)
+            #expect(again.outcome("fluxer") == "unchanged")
+            #expect(mock.received.count == 1)
+        }
     }
 
     @Test func contactChangeIsForwardedAgain() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        #expect(try await h.post("/installations", body, contact: "alice", headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob", headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob", headers: Self.fluxerHeaders).outcome("fluxer") == "unchanged")
-        #expect(mock.registers.count == 2)
-        #expect(mock.registers[0].bodyText == mock.registers[1].bodyText)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            #expect(try await h.post("/installations", body, contact: "alice", headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob", headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob", headers: Self.fluxerHeaders).outcome("fluxer") == "unchanged")
+            #expect(mock.registers.count == 2)
+            #expect(mock.registers[0].bodyText == mock.registers[1].bodyText)
+        }
     }
 
     /// The same token registered for another environment is another registration at Fluxer:
     /// the one made with the old values is removed.
     @Test func environmentChangeRemovesTheRegistrationLeftBehind() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let token = Harness.apnsToken().lowercased()
-        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"sandbox"}"#,
-                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"production"}"#,
-                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        #expect(mock.received.map(\.path) == [MockFluxer.registerPath, MockFluxer.registerPath, MockFluxer.unregisterPath])
-        #expect(mock.unregisters[0].bodyText == #"{"platform":"ios_apns","token":"\#(token)","app_id":"stable","provider_environment":"development"}"#)
-        #expect(mock.registrations(session: Self.session).values.map(\.providerEnvironment) == ["production"])
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let token = Harness.apnsToken().lowercased()
+            #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"sandbox"}"#,
+                                     headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"production"}"#,
+                                     headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            #expect(mock.received.map(\.path) == [MockFluxer.registerPath, MockFluxer.registerPath, MockFluxer.unregisterPath])
+            #expect(mock.unregisters[0].bodyText == #"{"platform":"ios_apns","token":"\#(token)","app_id":"stable","provider_environment":"development"}"#)
+            #expect(mock.registrations(session: Self.session).values.map(\.providerEnvironment) == ["production"])
+        }
     }
 
     @Test func rotationRegistersTheNewTokenAndRemovesTheOldOneWithItsFourValues() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let old = Harness.apnsToken().lowercased(), new = Harness.apnsToken().lowercased()
-        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)","environment":"sandbox"}"#,
-                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(new)","environment":"sandbox","previous_push_token":"\#(old)"}"#,
-                                     headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        #expect(mock.received.map(\.path) == [MockFluxer.registerPath, MockFluxer.registerPath, MockFluxer.unregisterPath])
-        #expect(mock.registers[1].bodyText == #"{"platform":"ios_apns","token":"\#(new)","app_id":"stable","provider_environment":"development"}"#)
-        #expect(mock.unregisters[0].bodyText == #"{"platform":"ios_apns","token":"\#(old)","app_id":"stable","provider_environment":"development"}"#)
-        #expect(mock.unregisters[0].headers["Authorization"] == Self.session)
-        // Fluxer really removed the old registration: only the new one is left.
-        #expect(mock.registrations(session: Self.session).values.map(\.token) == [new])
-        // The old token's identity is gone: unregistering it now has nothing to name.
-        let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#, headers: Self.fluxerHeaders)
-        #expect(gone.outcome("fluxer") == "skipped")
-        #expect(mock.unregisters.count == 1)
-        Self.expectClean(h, [old, new])
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let old = Harness.apnsToken().lowercased(), new = Harness.apnsToken().lowercased()
+            #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)","environment":"sandbox"}"#,
+                                     headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(new)","environment":"sandbox","previous_push_token":"\#(old)"}"#,
+                                         headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            #expect(mock.received.map(\.path) == [MockFluxer.registerPath, MockFluxer.registerPath, MockFluxer.unregisterPath])
+            #expect(mock.registers[1].bodyText == #"{"platform":"ios_apns","token":"\#(new)","app_id":"stable","provider_environment":"development"}"#)
+            #expect(mock.unregisters[0].bodyText == #"{"platform":"ios_apns","token":"\#(old)","app_id":"stable","provider_environment":"development"}"#)
+            #expect(mock.unregisters[0].headers["Authorization"] == Self.session)
+            // Fluxer really removed the old registration: only the new one is left.
+            #expect(mock.registrations(session: Self.session).values.map(\.token) == [new])
+            // The old token's identity is gone: unregistering it now has nothing to name.
+            let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#, headers: Self.fluxerHeaders)
+            #expect(gone.outcome("fluxer") == "skipped")
+            #expect(mock.unregisters.count == 1)
+            Self.expectClean(h, [old, new])
+        }
     }
 
     @Test func rotationFromATokenNeverRegisteredHereStillRemovesItOnTheSameTransport() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let old = Self.fcmToken(), new = Self.fcmToken()
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#,
-                                     headers: Self.fluxerHeaders)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        try #require(mock.unregisters.count == 1)
-        #expect(mock.unregisters[0].bodyText == #"{"platform":"android_fcm","token":"\#(old)","app_id":"stable"}"#)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let old = Self.fcmToken(), new = Self.fcmToken()
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#,
+                                         headers: Self.fluxerHeaders)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            try #require(mock.unregisters.count == 1)
+            #expect(mock.unregisters[0].bodyText == #"{"platform":"android_fcm","token":"\#(old)","app_id":"stable"}"#)
+        }
     }
 
     // MARK: Unregister
 
     @Test func unregisterSendsTheSameFourValuesAndRemovesTheRegistration() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let url = Self.endpoint(), keys = Self.keys()
-        #expect(try await h.post("/installations", """
-            {"platform":"ios","push_token":"\(url)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"},"environment":"sandbox"}
-            """, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        #expect(mock.registrations(session: Self.session).count == 1)
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let url = Self.endpoint(), keys = Self.keys()
+            #expect(try await h.post("/installations", """
+                {"platform":"ios","push_token":"\(url)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"},"environment":"sandbox"}
+                """, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            #expect(mock.registrations(session: Self.session).count == 1)
 
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(url)"}"#, headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        try #require(mock.unregisters.count == 1)
-        let call = mock.unregisters[0]
-        #expect(call.method == "POST")
-        #expect(call.path == "/v1/users/@me/mobile-devices/unregister")
-        #expect(call.headers["Authorization"] == Self.session)
-        #expect(call.bodyText == #"{"platform":"ios_apns","token":"\#(url)","app_id":"stable","provider_environment":"development"}"#)
-        #expect(mock.registrations(session: Self.session).isEmpty)
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(url)"}"#, headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            try #require(mock.unregisters.count == 1)
+            let call = mock.unregisters[0]
+            #expect(call.method == "POST")
+            #expect(call.path == "/v1/users/@me/mobile-devices/unregister")
+            #expect(call.headers["Authorization"] == Self.session)
+            #expect(call.bodyText == #"{"platform":"ios_apns","token":"\#(url)","app_id":"stable","provider_environment":"development"}"#)
+            #expect(mock.registrations(session: Self.session).isEmpty)
 
-        // A second unregister: nothing is known any more, success without a call.
-        let second = try await h.post("/installations/unregister", #"{"push_token":"\#(url)"}"#, headers: Self.fluxerHeaders)
-        #expect(second.status == 202)
-        #expect(second.outcome("fluxer") == "skipped")
-        #expect(mock.unregisters.count == 1)
-        Self.expectClean(h, [url, keys.p256dh, keys.auth])
-        await h.stop()
-        await mock.stop()
+            // A second unregister: nothing is known any more, success without a call.
+            let second = try await h.post("/installations/unregister", #"{"push_token":"\#(url)"}"#, headers: Self.fluxerHeaders)
+            #expect(second.status == 202)
+            #expect(second.outcome("fluxer") == "skipped")
+            #expect(mock.unregisters.count == 1)
+            Self.expectClean(h, [url, keys.p256dh, keys.auth])
+        }
     }
 
     @Test func unregisterOfARegistrationFluxerNoLongerHasIsSuccess() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let token = Self.fcmToken()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#,
-                                 headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        mock.reset()  // Fluxer dropped it (the endpoint answered 410, say).
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        #expect(mock.unregisters.count == 1)
-        #expect(mock.unregisters[0].bodyText == #"{"platform":"android_fcm","token":"\#(token)","app_id":"stable"}"#)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#,
+                                     headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            mock.reset()  // Fluxer dropped it (the endpoint answered 410, say).
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            #expect(mock.unregisters.count == 1)
+            #expect(mock.unregisters[0].bodyText == #"{"platform":"android_fcm","token":"\#(token)","app_id":"stable"}"#)
+        }
     }
 
     @Test func unregisterOfATokenNeverRegisteredIsSkipped() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "skipped")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "skipped")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     // MARK: The user's session
 
     @Test func withoutTheFluxerSessionNothingIsSentAndTheClientGets401() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let token = Self.fcmToken()
-        let register = #"{"platform":"android","push_token":"\#(token)"}"#
-        let refused = try await h.post("/installations", register)
-        #expect(refused.status == 401)
-        #expect(refused.errorCode == "unauthorized")
-        #expect(refused.text.contains("X-Fluxer-Session"))
-        let empty = try await h.post("/installations", register, headers: ["X-Fluxer-Session": "  "])
-        #expect(empty.status == 401)
-        #expect(mock.received.isEmpty)
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let register = #"{"platform":"android","push_token":"\#(token)"}"#
+            let refused = try await h.post("/installations", register)
+            #expect(refused.status == 401)
+            #expect(refused.errorCode == "unauthorized")
+            #expect(refused.text.contains("X-Fluxer-Session"))
+            let empty = try await h.post("/installations", register, headers: ["X-Fluxer-Session": "  "])
+            #expect(empty.status == 401)
+            #expect(mock.received.isEmpty)
 
-        #expect(try await h.post("/installations", register, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
-        #expect(unregister.status == 401)
-        #expect(unregister.errorCode == "unauthorized")
-        #expect(mock.unregisters.isEmpty)
-        // The identity was kept: with the session the removal still names the registration.
-        let retried = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, headers: Self.fluxerHeaders)
-        #expect(retried.outcome("fluxer") == "forwarded")
-        #expect(mock.registrations(session: Self.session).isEmpty)
-        await h.stop()
-        await mock.stop()
+            #expect(try await h.post("/installations", register, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+            #expect(unregister.status == 401)
+            #expect(unregister.errorCode == "unauthorized")
+            #expect(mock.unregisters.isEmpty)
+            // The identity was kept: with the session the removal still names the registration.
+            let retried = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, headers: Self.fluxerHeaders)
+            #expect(retried.outcome("fluxer") == "forwarded")
+            #expect(mock.registrations(session: Self.session).isEmpty)
+        }
     }
 
     /// Fluxer's 401/403 refuse the USER's session, so they must not be 502 `upstream_auth_failed`
@@ -298,129 +276,113 @@ import Testing
         ("expired-user-session", "UNAUTHORIZED"),
     ])
     func refusedUserSessionIsNotAnOperatorProblem(_ credential: String, _ code: String) async throws {
-        let mock = try MockFluxer(suspicious: ["suspicious-user-session"])
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#,
-                                     headers: ["X-Fluxer-Session": credential])
-        #expect(reply.status != 502)
-        let unauthorized = code == "UNAUTHORIZED"
-        #expect(reply.status == (unauthorized ? 401 : 403))
-        #expect(reply.errorCode == (unauthorized ? "unauthorized" : "forbidden"))
-        #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == code)
-        #expect(mock.received.count == 1, "a refused session is not retried")
-        Self.expectClean(h, [credential])
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(suspicious: ["suspicious-user-session"]), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#,
+                                         headers: ["X-Fluxer-Session": credential])
+            #expect(reply.status != 502)
+            let unauthorized = code == "UNAUTHORIZED"
+            #expect(reply.status == (unauthorized ? 401 : 403))
+            #expect(reply.errorCode == (unauthorized ? "unauthorized" : "forbidden"))
+            #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == code)
+            #expect(mock.received.count == 1, "a refused session is not retried")
+            Self.expectClean(h, [credential])
+        }
     }
 
     // MARK: Validation before any call
 
     @Test func rawVoIPTokenIsRefusedBeforeAnyCall() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let reply = try await h.post("/installations", #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
-                                     headers: Self.fluxerHeaders)
-        #expect(reply.status == 400)
-        #expect(reply.errorCode == "invalid_web_push")
-        #expect(reply.errorField == "web_push_keys")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
+                                         headers: Self.fluxerHeaders)
+            #expect(reply.status == 400)
+            #expect(reply.errorCode == "invalid_web_push")
+            #expect(reply.errorField == "web_push_keys")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     @Test func privateEndpointHostIsRefusedBeforeAnyCall() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let keys = Self.keys()
-        let reply = try await h.post("/installations", """
-            {"platform":"android","push_service":"fcm","push_token":"https://10.0.0.7/push/\(UUID().uuidString)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"}}
-            """, headers: Self.fluxerHeaders)
-        #expect(reply.status == 400)
-        #expect(reply.errorCode == "url_not_publicly_routable")
-        #expect(reply.errorField == "push_token")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let keys = Self.keys()
+            let reply = try await h.post("/installations", """
+                {"platform":"android","push_service":"fcm","push_token":"https://10.0.0.7/push/\(UUID().uuidString)","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"}}
+                """, headers: Self.fluxerHeaders)
+            #expect(reply.status == 400)
+            #expect(reply.errorCode == "url_not_publicly_routable")
+            #expect(reply.errorField == "push_token")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     @Test func webPushOnTheWebIsNotAFluxerPlatform() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        let keys = Self.keys()
-        let reply = try await h.post("/installations", """
-            {"platform":"web","push_token":"\(Self.endpoint())","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"}}
-            """)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "skipped")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            let keys = Self.keys()
+            let reply = try await h.post("/installations", """
+                {"platform":"web","push_token":"\(Self.endpoint())","web_push_keys":{"p256dh":"\(keys.p256dh)","auth":"\(keys.auth)"}}
+                """)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "skipped")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     // MARK: Upstream errors
 
     @Test func invalidFormBodyIsUpstreamRejectedWithFluxersCode() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
-                           body: #"{"code":"INVALID_FORM_BODY","message":"Invalid Form Body","errors":{"token":{"_errors":[{"code":"BASE_TYPE_BAD_LENGTH","message":"x"}]}}}"#))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        let reply = try await h.post("/installations", body, headers: Self.fluxerHeaders)
-        #expect(reply.status == 422)
-        #expect(reply.errorCode == "upstream_rejected")
-        #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "INVALID_FORM_BODY")
-        #expect(mock.received.count == 1)
-        // A refusal is never remembered as a success.
-        #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
+                               body: #"{"code":"INVALID_FORM_BODY","message":"Invalid Form Body","errors":{"token":{"_errors":[{"code":"BASE_TYPE_BAD_LENGTH","message":"x"}]}}}"#))
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            let reply = try await h.post("/installations", body, headers: Self.fluxerHeaders)
+            #expect(reply.status == 422)
+            #expect(reply.errorCode == "upstream_rejected")
+            #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "INVALID_FORM_BODY")
+            #expect(mock.received.count == 1)
+            // A refusal is never remembered as a success.
+            #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+        }
     }
 
     @Test func serverErrorsAreRetriedThen503() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        mock.enqueue(.init(status: 500), .init(status: 502))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        let reply = try await h.post("/installations", body, headers: Self.fluxerHeaders)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        #expect(reply.headers["Retry-After"] != nil)
-        #expect(mock.registers.count == 2)
-        #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            mock.enqueue(.init(status: 500), .init(status: 502))
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            let reply = try await h.post("/installations", body, headers: Self.fluxerHeaders)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            #expect(reply.headers["Retry-After"] != nil)
+            #expect(mock.registers.count == 2)
+            #expect(try await h.post("/installations", body, headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+        }
     }
 
     @Test func rateLimitIsRetriedAfterFluxersDelayWithinTheBudget() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        mock.enqueue(.init(status: 429, headers: ["Retry-After": "1"], body: #"{"code":"RATE_LIMITED","message":"slow down","retry_after":0.5,"global":false}"#))
-        let started = Date()
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, headers: Self.fluxerHeaders)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("fluxer") == "forwarded")
-        #expect(mock.registers.count == 2)
-        #expect(Date().timeIntervalSince(started) >= 0.9)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            mock.enqueue(.init(status: 429, headers: ["Retry-After": "1"], body: #"{"code":"RATE_LIMITED","message":"slow down","retry_after":0.5,"global":false}"#))
+            let started = Date()
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, headers: Self.fluxerHeaders)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("fluxer") == "forwarded")
+            #expect(mock.registers.count == 2)
+            #expect(Date().timeIntervalSince(started) >= 0.9)
+        }
     }
 
     @Test func rateLimitBeyondTheBudgetIs503WithFluxersDelay() async throws {
-        let mock = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: Self.upstream(mock))
-        // The document's own limit: the 21st registration in a minute is refused for ~60s.
-        for _ in 0..<20 {
-            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#,
-                                     headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+        try await withSidecar(MockFluxer(), { mock in try await SidecarHarness(upstreams: Self.upstream(mock)) }) { h, mock async throws in
+            // The document's own limit: the 21st registration in a minute is refused for ~60s.
+            for _ in 0..<20 {
+                #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#,
+                                         headers: Self.fluxerHeaders).outcome("fluxer") == "forwarded")
+            }
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, headers: Self.fluxerHeaders)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            let retryAfter = try #require(reply.headers["Retry-After"].flatMap { Int($0) })
+            #expect(retryAfter > 50 && retryAfter <= 60)
+            #expect(mock.registers.count == 21)
         }
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, headers: Self.fluxerHeaders)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        let retryAfter = try #require(reply.headers["Retry-After"].flatMap { Int($0) })
-        #expect(retryAfter > 50 && retryAfter <= 60)
-        #expect(mock.registers.count == 21)
-        await h.stop()
-        await mock.stop()
     }
 
     // MARK: Reading Fluxer's answers

@@ -59,259 +59,239 @@ import Testing
     // MARK: Register
 
     @Test func firstRegistrationSendsTheDocumentedBodyAndDuplicatesAreNotSent() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock, extra: "\n        environment: staging\n        framework: Flutter")
-        let token = Harness.apnsToken()
-        let body = #"{"platform":"ios","push_token":"\#(token)","app_version":" 2.4.0 ","timezone":"America/New_York","locale":"en-US","os_version":"26.1"}"#
-        let reply = try await h.post("/installations", body)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("nn") == "forwarded")
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock, extra: "\n        environment: staging\n        framework: Flutter") }) { h, mock async throws in
+            let token = Harness.apnsToken()
+            let body = #"{"platform":"ios","push_token":"\#(token)","app_version":" 2.4.0 ","timezone":"America/New_York","locale":"en-US","os_version":"26.1"}"#
+            let reply = try await h.post("/installations", body)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("nn") == "forwarded")
 
-        let calls = mock.received
-        try #require(calls.count == 1)
-        #expect(calls[0].method == "POST")
-        #expect(calls[0].path == Self.register)
-        #expect(calls[0].headers["Content-Type"] == "application/json")
-        #expect(calls[0].headers["Authorization"] == nil)
-        let sent = try #require(calls[0].object)
-        #expect(sent.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "appVersion", "timezone",
-                              "environment", "framework", "tokens"])
-        #expect(sent["appId"] == .number("123"))
-        #expect(sent["appToken"] == .string(Self.appToken))
-        let deviceID = try #require(sent["deviceId"]?.stringValue)
-        #expect(deviceID.hasPrefix("pw-") && deviceID.count == 25)
-        #expect(sent["platform"] == "ios")
-        #expect(sent["subscriberId"] == "alice")
-        #expect(sent["appVersion"] == "2.4.0")
-        #expect(sent["timezone"] == "America/New_York")
-        #expect(sent["environment"] == "staging")
-        #expect(sent["framework"] == "Flutter")
-        #expect(sent["tokens"] == .object(JSONObject([JSONMember("apnsToken", .string(token.lowercased()))])))
-        #expect(mock.device(deviceID)?.tokens == ["apnsToken": token.lowercased()])
+            let calls = mock.received
+            try #require(calls.count == 1)
+            #expect(calls[0].method == "POST")
+            #expect(calls[0].path == Self.register)
+            #expect(calls[0].headers["Content-Type"] == "application/json")
+            #expect(calls[0].headers["Authorization"] == nil)
+            let sent = try #require(calls[0].object)
+            #expect(sent.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "appVersion", "timezone",
+                                  "environment", "framework", "tokens"])
+            #expect(sent["appId"] == .number("123"))
+            #expect(sent["appToken"] == .string(Self.appToken))
+            let deviceID = try #require(sent["deviceId"]?.stringValue)
+            #expect(deviceID.hasPrefix("pw-") && deviceID.count == 25)
+            #expect(sent["platform"] == "ios")
+            #expect(sent["subscriberId"] == "alice")
+            #expect(sent["appVersion"] == "2.4.0")
+            #expect(sent["timezone"] == "America/New_York")
+            #expect(sent["environment"] == "staging")
+            #expect(sent["framework"] == "Flutter")
+            #expect(sent["tokens"] == .object(JSONObject([JSONMember("apnsToken", .string(token.lowercased()))])))
+            #expect(mock.device(deviceID)?.tokens == ["apnsToken": token.lowercased()])
 
-        let again = try await h.post("/installations", body)
-        #expect(again.status == 202)
-        #expect(again.outcome("nn") == "unchanged")
-        #expect(mock.received.count == 1)
-        Self.expectClean(h, [token, token.lowercased()])
-        await h.stop()
-        await mock.stop()
+            let again = try await h.post("/installations", body)
+            #expect(again.status == 202)
+            #expect(again.outcome("nn") == "unchanged")
+            #expect(mock.received.count == 1)
+            Self.expectClean(h, [token, token.lowercased()])
+        }
     }
 
     @Test func installationIDIsTheDeviceIDAndWebPushIsSentAsASubscription() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let installation = "install-" + UUID().uuidString
-        let fcm = Self.fcmToken()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(fcm)","installation_id":"\#(installation)"}"#)
-            .outcome("nn") == "forwarded")
-        let endpoint = "https://fcm.googleapis.com/fcm/send/" + UUID().uuidString
-        let keys = Self.webKeys()
-        #expect(try await h.post("/installations", #"{"platform":"web","push_token":"\#(endpoint)","web_push_keys":\#(keys)}"#)
-            .outcome("nn") == "forwarded")
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let installation = "install-" + UUID().uuidString
+            let fcm = Self.fcmToken()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(fcm)","installation_id":"\#(installation)"}"#)
+                .outcome("nn") == "forwarded")
+            let endpoint = "https://fcm.googleapis.com/fcm/send/" + UUID().uuidString
+            let keys = Self.webKeys()
+            #expect(try await h.post("/installations", #"{"platform":"web","push_token":"\#(endpoint)","web_push_keys":\#(keys)}"#)
+                .outcome("nn") == "forwarded")
 
-        let calls = mock.registrations
-        try #require(calls.count == 2)
-        let android = try #require(calls[0].object)
-        #expect(android.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "environment", "tokens"])
-        #expect(android["deviceId"] == .string(installation))
-        #expect(android["platform"] == "android")
-        #expect(android["environment"] == "production")
-        #expect(android["tokens"] == .object(JSONObject([JSONMember("fcmToken", .string(fcm))])))
-        let web = try #require(calls[1].object)
-        #expect(web.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "environment", "webPush"])
-        #expect(web["platform"] == "web")
-        let subscription = try #require(web["webPush"]?.objectValue)
-        #expect(subscription.keys == ["endpoint", "keys"])
-        #expect(subscription["endpoint"] == .string(endpoint))
-        #expect(subscription["keys"] == (try JSONValue.parse(keys)))
-        #expect(mock.device(installation)?.tokens == ["fcmToken": fcm])
-        Self.expectClean(h, [fcm, endpoint])
-        await h.stop()
-        await mock.stop()
+            let calls = mock.registrations
+            try #require(calls.count == 2)
+            let android = try #require(calls[0].object)
+            #expect(android.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "environment", "tokens"])
+            #expect(android["deviceId"] == .string(installation))
+            #expect(android["platform"] == "android")
+            #expect(android["environment"] == "production")
+            #expect(android["tokens"] == .object(JSONObject([JSONMember("fcmToken", .string(fcm))])))
+            let web = try #require(calls[1].object)
+            #expect(web.keys == ["appId", "appToken", "deviceId", "platform", "subscriberId", "environment", "webPush"])
+            #expect(web["platform"] == "web")
+            let subscription = try #require(web["webPush"]?.objectValue)
+            #expect(subscription.keys == ["endpoint", "keys"])
+            #expect(subscription["endpoint"] == .string(endpoint))
+            #expect(subscription["keys"] == (try JSONValue.parse(keys)))
+            #expect(mock.device(installation)?.tokens == ["fcmToken": fcm])
+            Self.expectClean(h, [fcm, endpoint])
+        }
     }
 
     @Test func servicesNativeNotifyDoesNotHaveAreSkipped() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let voip = try await h.post("/installations", #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#)
-        #expect(voip.status == 202)
-        #expect(voip.outcome("nn") == "skipped")
-        let unified = try await h.post("/installations", #"""
-            {"platform":"android","push_service":"unified_push","push_token":"https://ntfy.example.com/up\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}
-            """#)
-        #expect(unified.status == 202)
-        #expect(unified.outcome("nn") == "skipped")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let voip = try await h.post("/installations", #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#)
+            #expect(voip.status == 202)
+            #expect(voip.outcome("nn") == "skipped")
+            let unified = try await h.post("/installations", #"""
+                {"platform":"android","push_service":"unified_push","push_token":"https://ntfy.example.com/up\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}
+                """#)
+            #expect(unified.status == 202)
+            #expect(unified.outcome("nn") == "skipped")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     // MARK: Identity across calls
 
     @Test func rotationKeepsTheDeviceAndRemovesNothing() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let old = Self.fcmToken(), new = Self.fcmToken()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("nn") == "forwarded")
-        let rotated = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
-        #expect(rotated.status == 202)
-        #expect(rotated.outcome("nn") == "forwarded")
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let old = Self.fcmToken(), new = Self.fcmToken()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("nn") == "forwarded")
+            let rotated = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
+            #expect(rotated.status == 202)
+            #expect(rotated.outcome("nn") == "forwarded")
 
-        let calls = mock.registrations
-        try #require(calls.count == 2)
-        let deviceID = try #require(calls[0].object?["deviceId"]?.stringValue)
-        #expect(calls[1].object?["deviceId"] == .string(deviceID))
-        #expect(calls[1].object?["tokens"] == .object(JSONObject([JSONMember("fcmToken", .string(new))])))
-        #expect(mock.deregistrations.isEmpty)
-        #expect(mock.devices.count == 1)
-        #expect(mock.device(deviceID)?.tokens == ["fcmToken": new])
+            let calls = mock.registrations
+            try #require(calls.count == 2)
+            let deviceID = try #require(calls[0].object?["deviceId"]?.stringValue)
+            #expect(calls[1].object?["deviceId"] == .string(deviceID))
+            #expect(calls[1].object?["tokens"] == .object(JSONObject([JSONMember("fcmToken", .string(new))])))
+            #expect(mock.deregistrations.isEmpty)
+            #expect(mock.devices.count == 1)
+            #expect(mock.device(deviceID)?.tokens == ["fcmToken": new])
 
-        // The device is now kept under the new token only.
-        let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#)
-        #expect(gone.status == 202)
-        #expect(gone.outcome("nn") == "skipped")
-        #expect(mock.deregistrations.isEmpty)
-        let removed = try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#)
-        #expect(removed.outcome("nn") == "forwarded")
-        #expect(mock.deregistrations.map(\.bodyText) == [#"{"appId":123,"appToken":"\#(Self.appToken)","deviceId":"\#(deviceID)"}"#])
-        #expect(mock.devices.isEmpty)
-        Self.expectClean(h, [old, new])
-        await h.stop()
-        await mock.stop()
+            // The device is now kept under the new token only.
+            let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#)
+            #expect(gone.status == 202)
+            #expect(gone.outcome("nn") == "skipped")
+            #expect(mock.deregistrations.isEmpty)
+            let removed = try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#)
+            #expect(removed.outcome("nn") == "forwarded")
+            #expect(mock.deregistrations.map(\.bodyText) == [#"{"appId":123,"appToken":"\#(Self.appToken)","deviceId":"\#(deviceID)"}"#])
+            #expect(mock.devices.isEmpty)
+            Self.expectClean(h, [old, new])
+        }
     }
 
     @Test func rotationOntoAnotherInstallationIDDeregistersTheOldDevice() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let old = Harness.apnsToken(), new = Harness.apnsToken()
-        let first = "ios-" + UUID().uuidString, second = "ios-" + UUID().uuidString
-        #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)","installation_id":"\#(first)"}"#)
-            .outcome("nn") == "forwarded")
-        #expect(try await h.post("/installations", #"""
-            {"platform":"ios","push_token":"\#(new)","previous_push_token":"\#(old)","installation_id":"\#(second)"}
-            """#).outcome("nn") == "forwarded")
-        #expect(mock.registrations.compactMap { $0.object?["deviceId"]?.stringValue } == [first, second])
-        #expect(mock.deregistrations.map(\.bodyText) == [#"{"appId":123,"appToken":"\#(Self.appToken)","deviceId":"\#(first)"}"#])
-        #expect(mock.device(first) == nil)
-        #expect(mock.device(second)?.tokens == ["apnsToken": new.lowercased()])
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let old = Harness.apnsToken(), new = Harness.apnsToken()
+            let first = "ios-" + UUID().uuidString, second = "ios-" + UUID().uuidString
+            #expect(try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)","installation_id":"\#(first)"}"#)
+                .outcome("nn") == "forwarded")
+            #expect(try await h.post("/installations", #"""
+                {"platform":"ios","push_token":"\#(new)","previous_push_token":"\#(old)","installation_id":"\#(second)"}
+                """#).outcome("nn") == "forwarded")
+            #expect(mock.registrations.compactMap { $0.object?["deviceId"]?.stringValue } == [first, second])
+            #expect(mock.deregistrations.map(\.bodyText) == [#"{"appId":123,"appToken":"\#(Self.appToken)","deviceId":"\#(first)"}"#])
+            #expect(mock.device(first) == nil)
+            #expect(mock.device(second)?.tokens == ["apnsToken": new.lowercased()])
+        }
     }
 
     @Test func contactChangeIsForwardedToTheSameDevice() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        #expect(try await h.post("/installations", body, contact: "alice").outcome("nn") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("nn") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("nn") == "unchanged")
-        let calls = mock.registrations
-        #expect(calls.compactMap { $0.object?["subscriberId"]?.stringValue } == ["alice", "bob"])
-        let devices = Set(calls.compactMap { $0.object?["deviceId"]?.stringValue })
-        #expect(devices.count == 1)
-        #expect(mock.device(try #require(devices.first))?.subscriberID == "bob")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            #expect(try await h.post("/installations", body, contact: "alice").outcome("nn") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("nn") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("nn") == "unchanged")
+            let calls = mock.registrations
+            #expect(calls.compactMap { $0.object?["subscriberId"]?.stringValue } == ["alice", "bob"])
+            let devices = Set(calls.compactMap { $0.object?["deviceId"]?.stringValue })
+            #expect(devices.count == 1)
+            #expect(mock.device(try #require(devices.first))?.subscriberID == "bob")
+        }
     }
 
     /// A new `installation_id` for the same token (a reinstall that kept the token) moves the
     /// token to another device; the old device, left without a token, is deregistered.
     @Test func installationIDChangeDeregistersTheDeviceLeftBehind() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let token = Self.fcmToken()
-        let first = "first-" + UUID().uuidString, second = "second-" + UUID().uuidString
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(first)"}"#)
-            .outcome("nn") == "forwarded")
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(second)"}"#)
-            .outcome("nn") == "forwarded")
-        #expect(mock.registrations.last?.object?["deviceId"] == .string(second))
-        #expect(mock.deregistrations.count == 1)
-        #expect(mock.deregistrations.first?.object?["deviceId"] == .string(first))
-        // The token's identity is the new device: unregister removes that one.
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("nn") == "forwarded")
-        #expect(mock.deregistrations.last?.object?["deviceId"] == .string(second))
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let first = "first-" + UUID().uuidString, second = "second-" + UUID().uuidString
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(first)"}"#)
+                .outcome("nn") == "forwarded")
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(second)"}"#)
+                .outcome("nn") == "forwarded")
+            #expect(mock.registrations.last?.object?["deviceId"] == .string(second))
+            #expect(mock.deregistrations.count == 1)
+            #expect(mock.deregistrations.first?.object?["deviceId"] == .string(first))
+            // The token's identity is the new device: unregister removes that one.
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("nn") == "forwarded")
+            #expect(mock.deregistrations.last?.object?["deviceId"] == .string(second))
+        }
     }
 
     @Test func unregisterOfADeviceAlreadyGoneAtNativeNotifyIsSuccess() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let token = Self.fcmToken()
-        let installation = "gone-" + UUID().uuidString
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(installation)"}"#)
-            .outcome("nn") == "forwarded")
-        mock.removeDevice(installation)  // deleted in Native Notify's dashboard meanwhile
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("nn") == "forwarded")
-        #expect(mock.deregistrations.count == 1)
-        #expect(mock.deregistrations.first?.object?["deviceId"] == .string(installation))
-        // A second unregister knows no device any more: nothing is sent.
-        let again = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
-        #expect(again.status == 202)
-        #expect(again.outcome("nn") == "skipped")
-        #expect(mock.deregistrations.count == 1)
-        // Unregister forgot the dedupe entry: the same registration is forwarded again.
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(installation)"}"#)
-            .outcome("nn") == "forwarded")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let installation = "gone-" + UUID().uuidString
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(installation)"}"#)
+                .outcome("nn") == "forwarded")
+            mock.removeDevice(installation)  // deleted in Native Notify's dashboard meanwhile
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("nn") == "forwarded")
+            #expect(mock.deregistrations.count == 1)
+            #expect(mock.deregistrations.first?.object?["deviceId"] == .string(installation))
+            // A second unregister knows no device any more: nothing is sent.
+            let again = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+            #expect(again.status == 202)
+            #expect(again.outcome("nn") == "skipped")
+            #expect(mock.deregistrations.count == 1)
+            // Unregister forgot the dedupe entry: the same registration is forwarded again.
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)","installation_id":"\#(installation)"}"#)
+                .outcome("nn") == "forwarded")
+        }
     }
 
     // MARK: Native Notify's rules, before any call
 
     @Test func nativeNotifyRulesAnswerWithTheContractsCodesWithoutACall() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let cases: [(body: String, contact: String, status: Int, code: String, field: String?)] = [
-            // The Web Push form of APNs: Native Notify takes webPush only from platform web.
-            (#"{"platform":"ios","push_token":"https://web.push.apple.com/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}"#,
-             "alice", 400, "token_platform_mismatch", "push_token"),
-            (#"{"platform":"android","push_token":"https://fcm.googleapis.com/wp/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}"#,
-             "alice", 400, "token_platform_mismatch", "push_token"),
-            (#"{"platform":"android","push_token":"ExponentPushToken[xxxxxxxxxxxxxxxxxxxxxx]"}"#, "alice", 400, "unsupported_token_type", "push_token"),
-            (#"{"platform":"android","push_token":"\#(Self.fcmToken())","app_version":"\#(String(repeating: "1", count: 51))"}"#,
-             "alice", 400, "invalid_request", "app_version"),
-            (#"{"platform":"android","push_token":"\#(Self.fcmToken())","timezone":"Etc/\#(String(repeating: "x", count: 57))"}"#,
-             "alice", 400, "invalid_request", "timezone"),
-            // 129 astral characters: within the session's 256 characters, over Native Notify's 256 UTF-16 units.
-            (#"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, String(repeating: "😀", count: 129), 422,
-             "upstream_rejected", nil),
-        ]
-        for c in cases {
-            let reply = try await h.post("/installations", c.body, contact: c.contact)
-            #expect(reply.status == c.status, "\(c.code)")
-            #expect(reply.errorCode == c.code)
-            #expect(reply.errorField == c.field)
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let cases: [(body: String, contact: String, status: Int, code: String, field: String?)] = [
+                // The Web Push form of APNs: Native Notify takes webPush only from platform web.
+                (#"{"platform":"ios","push_token":"https://web.push.apple.com/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}"#,
+                 "alice", 400, "token_platform_mismatch", "push_token"),
+                (#"{"platform":"android","push_token":"https://fcm.googleapis.com/wp/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys())}"#,
+                 "alice", 400, "token_platform_mismatch", "push_token"),
+                (#"{"platform":"android","push_token":"ExponentPushToken[xxxxxxxxxxxxxxxxxxxxxx]"}"#, "alice", 400, "unsupported_token_type", "push_token"),
+                (#"{"platform":"android","push_token":"\#(Self.fcmToken())","app_version":"\#(String(repeating: "1", count: 51))"}"#,
+                 "alice", 400, "invalid_request", "app_version"),
+                (#"{"platform":"android","push_token":"\#(Self.fcmToken())","timezone":"Etc/\#(String(repeating: "x", count: 57))"}"#,
+                 "alice", 400, "invalid_request", "timezone"),
+                // 129 astral characters: within the session's 256 characters, over Native Notify's 256 UTF-16 units.
+                (#"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#, String(repeating: "😀", count: 129), 422,
+                 "upstream_rejected", nil),
+            ]
+            for c in cases {
+                let reply = try await h.post("/installations", c.body, contact: c.contact)
+                #expect(reply.status == c.status, "\(c.code)")
+                #expect(reply.errorCode == c.code)
+                #expect(reply.errorField == c.field)
+            }
+            let last = try await h.post("/installations", cases[5].body, contact: cases[5].contact)
+            #expect(last.json?["error"]?.objectValue?["upstream_code"] == "invalid_subscriber_id")
+            #expect(mock.received.isEmpty)
         }
-        let last = try await h.post("/installations", cases[5].body, contact: cases[5].contact)
-        #expect(last.json?["error"]?.objectValue?["upstream_code"] == "invalid_subscriber_id")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
     }
 
     // MARK: Native Notify's answers
 
     @Test func refusalsReachTheClientWithNativeNotifysCode() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
-                           body: #"{"error":{"code":"invalid_token_format","message":"Token does not match its shape","field":"tokens.fcmToken"}}"#))
-        let refused = try await h.post("/installations", body)
-        #expect(refused.status == 422)
-        #expect(refused.errorCode == "upstream_rejected")
-        #expect(refused.json?["error"]?.objectValue?["upstream_code"] == "invalid_token_format")
-        #expect(mock.registrations.count == 1)
-        // A refusal is not remembered: the next try reaches Native Notify again.
-        #expect(try await h.post("/installations", body).outcome("nn") == "forwarded")
-        #expect(mock.registrations.count == 2)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
+                               body: #"{"error":{"code":"invalid_token_format","message":"Token does not match its shape","field":"tokens.fcmToken"}}"#))
+            let refused = try await h.post("/installations", body)
+            #expect(refused.status == 422)
+            #expect(refused.errorCode == "upstream_rejected")
+            #expect(refused.json?["error"]?.objectValue?["upstream_code"] == "invalid_token_format")
+            #expect(mock.registrations.count == 1)
+            // A refusal is not remembered: the next try reaches Native Notify again.
+            #expect(try await h.post("/installations", body).outcome("nn") == "forwarded")
+            #expect(mock.registrations.count == 2)
+        }
     }
 
     @Test func disabledEnvironmentIsRejectedWithItsCode() async throws {
@@ -330,28 +310,24 @@ import Testing
     }
 
     @Test func wrongAppTokenIsAnOperatorProblem() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock, token: "nn-wrong-token-d41d8c")
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 502)
-        #expect(reply.errorCode == "upstream_auth_failed")
-        #expect(mock.registrations.count == 1)  // a 401 is not retried
-        #expect(!h.logs.text.contains("nn-wrong-token-d41d8c"))
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock, token: "nn-wrong-token-d41d8c") }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 502)
+            #expect(reply.errorCode == "upstream_auth_failed")
+            #expect(mock.registrations.count == 1)  // a 401 is not retried
+            #expect(!h.logs.text.contains("nn-wrong-token-d41d8c"))
+        }
     }
 
     @Test func serverErrorsAreRetriedThenUnavailable() async throws {
-        let mock = try MockNativeNotify(appToken: Self.appToken)
-        let h = try await Self.harness(mock)
-        mock.enqueue(.init(status: 503), .init(status: 500))
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        #expect(reply.headers["Retry-After"] != nil)
-        #expect(mock.registrations.count == 2)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockNativeNotify(appToken: Self.appToken), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            mock.enqueue(.init(status: 503), .init(status: 500))
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            #expect(reply.headers["Retry-After"] != nil)
+            #expect(mock.registrations.count == 2)
+        }
     }
 
     // MARK: Beside another provider

@@ -63,91 +63,83 @@ import Testing
     // MARK: Register
 
     @Test func firstRegistrationSendsTheDocumentedRequest() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        let token = Self.fcmToken()
-        let reply = try await h.post("/installations", """
-            {"platform":"android","push_token":"\(token)","app_version":"3.4.1","os_version":"15","device_model":"Pixel 8",
-             "locale":"sv-SE","timezone":"Europe/Stockholm"}
-            """)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("pushnotice") == "forwarded")
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let reply = try await h.post("/installations", """
+                {"platform":"android","push_token":"\(token)","app_version":"3.4.1","os_version":"15","device_model":"Pixel 8",
+                 "locale":"sv-SE","timezone":"Europe/Stockholm"}
+                """)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("pushnotice") == "forwarded")
 
-        let received = mock.received
-        try #require(received.count == 1)
-        let call = received[0]
-        #expect(call.method == "POST")
-        #expect(call.path == "/api/v1/apps/ktso/subscribers")
-        #expect(call.query == "")
-        #expect(call.headers["Authorization"] == "Bearer \(Self.key)")
-        #expect(call.headers["X-Api-Key"] == nil)
-        #expect(call.headers["Content-Type"] == "application/json")
-        #expect(call.bodyText == #"{"token":"\#(token)","platform":"android","app_version":"3.4.1","locale":"sv-SE","device_model":"Pixel 8","groups":["Test","Unknown"]}"#)
-        #expect(!call.bodyText.contains("alice"))
+            let received = mock.received
+            try #require(received.count == 1)
+            let call = received[0]
+            #expect(call.method == "POST")
+            #expect(call.path == "/api/v1/apps/ktso/subscribers")
+            #expect(call.query == "")
+            #expect(call.headers["Authorization"] == "Bearer \(Self.key)")
+            #expect(call.headers["X-Api-Key"] == nil)
+            #expect(call.headers["Content-Type"] == "application/json")
+            #expect(call.bodyText == #"{"token":"\#(token)","platform":"android","app_version":"3.4.1","locale":"sv-SE","device_model":"Pixel 8","groups":["Test","Unknown"]}"#)
+            #expect(!call.bodyText.contains("alice"))
 
-        let row = try #require(mock.subscriber(token: token))
-        #expect(row.status == "active")
-        #expect(row.groups == ["Master", "Test"])
-        Self.expectCleanLogs(h, [token])
-        await h.stop()
-        await mock.stop()
+            let row = try #require(mock.subscriber(token: token))
+            #expect(row.status == "active")
+            #expect(row.groups == ["Master", "Test"])
+            Self.expectCleanLogs(h, [token])
+        }
     }
 
     @Test func duplicateRegistrationMakesNoCall() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock, groups: nil))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        #expect(try await h.post("/installations", body).outcome("pushnotice") == "forwarded")
-        let second = try await h.post("/installations", body)
-        #expect(second.status == 202)
-        #expect(second.outcome("pushnotice") == "unchanged")
-        #expect(mock.received.count == 1)
-        #expect(mock.subscribers.count == 1)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, groups: nil)) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            #expect(try await h.post("/installations", body).outcome("pushnotice") == "forwarded")
+            let second = try await h.post("/installations", body)
+            #expect(second.status == 202)
+            #expect(second.outcome("pushnotice") == "unchanged")
+            #expect(mock.received.count == 1)
+            #expect(mock.subscribers.count == 1)
+        }
     }
 
     @Test func rotationSendsPreviousTokenAndNoRemoval() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock, groups: nil))
-        let old = Self.fcmToken(), new = Self.fcmToken()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("pushnotice") == "forwarded")
-        let firstID = try #require(mock.subscriber(token: old)).id
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, groups: nil)) }) { h, mock async throws in
+            let old = Self.fcmToken(), new = Self.fcmToken()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("pushnotice") == "forwarded")
+            let firstID = try #require(mock.subscriber(token: old)).id
 
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("pushnotice") == "forwarded")
-        let received = mock.received
-        try #require(received.count == 2)
-        #expect(received[1].method == "POST")
-        #expect(received[1].path == "/api/v1/apps/ktso/subscribers")
-        #expect(received[1].bodyText == #"{"token":"\#(new)","platform":"android","previous_token":"\#(old)"}"#)
-        #expect(mock.received(method: "DELETE").isEmpty)
-        // PushNotice moved the row: same id, new token, the old token is gone.
-        #expect(mock.subscriber(token: new)?.id == firstID)
-        #expect(mock.subscriber(token: old) == nil)
-        #expect(mock.subscribers.count == 1)
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("pushnotice") == "forwarded")
+            let received = mock.received
+            try #require(received.count == 2)
+            #expect(received[1].method == "POST")
+            #expect(received[1].path == "/api/v1/apps/ktso/subscribers")
+            #expect(received[1].bodyText == #"{"token":"\#(new)","platform":"android","previous_token":"\#(old)"}"#)
+            #expect(mock.received(method: "DELETE").isEmpty)
+            // PushNotice moved the row: same id, new token, the old token is gone.
+            #expect(mock.subscriber(token: new)?.id == firstID)
+            #expect(mock.subscriber(token: old) == nil)
+            #expect(mock.subscribers.count == 1)
 
-        // The old token was forgotten by dedupe: registering it again is forwarded.
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("pushnotice") == "forwarded")
-        Self.expectCleanLogs(h, [old, new])
-        await h.stop()
-        await mock.stop()
+            // The old token was forgotten by dedupe: registering it again is forwarded.
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("pushnotice") == "forwarded")
+            Self.expectCleanLogs(h, [old, new])
+        }
     }
 
     @Test func contactChangeIsForwardedAgainWithoutTheContact() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock, groups: nil))
-        let token = Self.fcmToken()
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        #expect(try await h.post("/installations", body, contact: "alice").outcome("pushnotice") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("pushnotice") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("pushnotice") == "unchanged")
-        let bodies = mock.received.map(\.bodyText)
-        #expect(bodies == Array(repeating: #"{"token":"\#(token)","platform":"android"}"#, count: 2))
-        #expect(mock.subscribers.count == 1)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, groups: nil)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let body = #"{"platform":"android","push_token":"\#(token)"}"#
+            #expect(try await h.post("/installations", body, contact: "alice").outcome("pushnotice") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("pushnotice") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("pushnotice") == "unchanged")
+            let bodies = mock.received.map(\.bodyText)
+            #expect(bodies == Array(repeating: #"{"token":"\#(token)","platform":"android"}"#, count: 2))
+            #expect(mock.subscribers.count == 1)
+        }
     }
 
     @Test func groupsChangeInThePolicyIsForwardedAgain() async throws {
@@ -169,93 +161,85 @@ import Testing
     // MARK: Unregister
 
     @Test func unregisterSendsDeleteAndForgetsTheToken() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        let token = Self.fcmToken()
-        let register = #"{"platform":"android","push_token":"\#(token)"}"#
-        #expect(try await h.post("/installations", register).outcome("pushnotice") == "forwarded")
-        let id = try #require(mock.subscriber(token: token)).id
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            let register = #"{"platform":"android","push_token":"\#(token)"}"#
+            #expect(try await h.post("/installations", register).outcome("pushnotice") == "forwarded")
+            let id = try #require(mock.subscriber(token: token)).id
 
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("pushnotice") == "forwarded")
-        let deletes = mock.received(method: "DELETE")
-        try #require(deletes.count == 1)
-        #expect(deletes[0].path == "/api/v1/apps/ktso/subscribers")
-        #expect(deletes[0].query == "")
-        #expect(deletes[0].headers["Authorization"] == "Bearer \(Self.key)")
-        #expect(deletes[0].headers["Content-Type"] == "application/json")
-        #expect(deletes[0].bodyText == #"{"token":"\#(token)"}"#)
-        #expect(mock.subscriber(token: token)?.status == "inactive")
-
-        // Registering again reaches PushNotice (nothing cached) and reactivates the same row.
-        #expect(try await h.post("/installations", register).outcome("pushnotice") == "forwarded")
-        #expect(mock.subscriber(token: token)?.status == "active")
-        #expect(mock.subscriber(token: token)?.id == id)
-        Self.expectCleanLogs(h, [token])
-        await h.stop()
-        await mock.stop()
-    }
-
-    @Test func unregisterOfAnUnknownTokenIsSuccess() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        let token = Self.fcmToken()
-        for _ in 0..<2 {
             let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
             #expect(reply.status == 202)
             #expect(reply.outcome("pushnotice") == "forwarded")
+            let deletes = mock.received(method: "DELETE")
+            try #require(deletes.count == 1)
+            #expect(deletes[0].path == "/api/v1/apps/ktso/subscribers")
+            #expect(deletes[0].query == "")
+            #expect(deletes[0].headers["Authorization"] == "Bearer \(Self.key)")
+            #expect(deletes[0].headers["Content-Type"] == "application/json")
+            #expect(deletes[0].bodyText == #"{"token":"\#(token)"}"#)
+            #expect(mock.subscriber(token: token)?.status == "inactive")
+
+            // Registering again reaches PushNotice (nothing cached) and reactivates the same row.
+            #expect(try await h.post("/installations", register).outcome("pushnotice") == "forwarded")
+            #expect(mock.subscriber(token: token)?.status == "active")
+            #expect(mock.subscriber(token: token)?.id == id)
+            Self.expectCleanLogs(h, [token])
         }
-        #expect(mock.received(method: "DELETE").map(\.bodyText) == Array(repeating: #"{"token":"\#(token)"}"#, count: 2))
-        #expect(mock.subscribers.isEmpty)
-        await h.stop()
-        await mock.stop()
+    }
+
+    @Test func unregisterOfAnUnknownTokenIsSuccess() async throws {
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            let token = Self.fcmToken()
+            for _ in 0..<2 {
+                let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+                #expect(reply.status == 202)
+                #expect(reply.outcome("pushnotice") == "forwarded")
+            }
+            #expect(mock.received(method: "DELETE").map(\.bodyText) == Array(repeating: #"{"token":"\#(token)"}"#, count: 2))
+            #expect(mock.subscribers.isEmpty)
+        }
     }
 
     // MARK: What PushNotice cannot take
 
     @Test func installationsPushNoticeCannotTakeAreSkippedWithoutACall() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        let apns = Harness.apnsToken()
-        let keys = #""web_push_keys":{"p256dh":"\#(Self.p256dh)","auth":"\#(Self.authSecret)"}"#
-        let bodies = [
-            #"{"platform":"ios","push_token":"\#(apns)"}"#,
-            #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
-            #"{"platform":"web","push_token":"https://updates.push.services.mozilla.com/wpush/v2/\#(UUID().uuidString)",\#(keys)}"#,
-            #"{"platform":"android","push_service":"unified_push","push_token":"https://ntfy.sh/up\#(UUID().uuidString)",\#(keys)}"#,
-            #"{"platform":"android","push_service":"fcm","push_token":"https://fcm.googleapis.com/fcm/send/\#(Self.fcmToken())",\#(keys)}"#,
-        ]
-        for body in bodies {
-            let reply = try await h.post("/installations", body)
-            #expect(reply.status == 202, "\(reply.text)")
-            #expect(reply.outcome("pushnotice") == "skipped")
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            let apns = Harness.apnsToken()
+            let keys = #""web_push_keys":{"p256dh":"\#(Self.p256dh)","auth":"\#(Self.authSecret)"}"#
+            let bodies = [
+                #"{"platform":"ios","push_token":"\#(apns)"}"#,
+                #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
+                #"{"platform":"web","push_token":"https://updates.push.services.mozilla.com/wpush/v2/\#(UUID().uuidString)",\#(keys)}"#,
+                #"{"platform":"android","push_service":"unified_push","push_token":"https://ntfy.sh/up\#(UUID().uuidString)",\#(keys)}"#,
+                #"{"platform":"android","push_service":"fcm","push_token":"https://fcm.googleapis.com/fcm/send/\#(Self.fcmToken())",\#(keys)}"#,
+            ]
+            for body in bodies {
+                let reply = try await h.post("/installations", body)
+                #expect(reply.status == 202, "\(reply.text)")
+                #expect(reply.outcome("pushnotice") == "skipped")
+            }
+            // Nor is a token PushNotice can never have held sent for removal.
+            let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(apns)"}"#)
+            #expect(unregister.status == 202)
+            #expect(unregister.outcome("pushnotice") == "skipped")
+            // Events: PushNotice takes none.
+            let events = try await h.post("/events", #"{"events":[{"type":"opened","message_id":"m","recipient_id":"r","occurred_at":"2026-01-01T00:00:00Z"}]}"#)
+            #expect(events.status == 202)
+            #expect(events.outcome("pushnotice") == "skipped")
+            #expect(mock.received.isEmpty)
         }
-        // Nor is a token PushNotice can never have held sent for removal.
-        let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(apns)"}"#)
-        #expect(unregister.status == 202)
-        #expect(unregister.outcome("pushnotice") == "skipped")
-        // Events: PushNotice takes none.
-        let events = try await h.post("/events", #"{"events":[{"type":"opened","message_id":"m","recipient_id":"r","occurred_at":"2026-01-01T00:00:00Z"}]}"#)
-        #expect(events.status == 202)
-        #expect(events.outcome("pushnotice") == "skipped")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
     }
 
     @Test func contractRefusalsNeverReachPushNotice() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        let short = try await h.post("/installations", #"{"platform":"android","push_token":"abc:APA91b"}"#)
-        #expect(short.status == 400)
-        #expect(short.errorCode == "invalid_token_format")
-        let spaced = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken()) x"}"#)
-        #expect(spaced.status == 400)
-        #expect(spaced.errorCode == "invalid_token_format")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            let short = try await h.post("/installations", #"{"platform":"android","push_token":"abc:APA91b"}"#)
+            #expect(short.status == 400)
+            #expect(short.errorCode == "invalid_token_format")
+            let spaced = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken()) x"}"#)
+            #expect(spaced.status == 400)
+            #expect(spaced.errorCode == "invalid_token_format")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     /// iOS apps register their FCM token with PushNotice; the adapter takes `(ios, fcm)` as soon
@@ -281,90 +265,80 @@ import Testing
     // MARK: Upstream errors
 
     @Test func unprocessablePayloadIsRejectedWithItsCodeAndNotRetried() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        mock.enqueue(.init(status: 422, headers: ["Content-Type": "application/json"],
-                           body: #"{"ok":false,"error":{"code":"validation_failed","message":"platform is invalid"}}"#))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        let reply = try await h.post("/installations", body)
-        #expect(reply.status == 422)
-        #expect(reply.errorCode == "upstream_rejected")
-        #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "validation_failed")
-        #expect(mock.received.count == 1)
-        // A refusal is not remembered: the next registration is forwarded.
-        #expect(try await h.post("/installations", body).outcome("pushnotice") == "forwarded")
-        #expect(mock.received.count == 2)
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            mock.enqueue(.init(status: 422, headers: ["Content-Type": "application/json"],
+                               body: #"{"ok":false,"error":{"code":"validation_failed","message":"platform is invalid"}}"#))
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            let reply = try await h.post("/installations", body)
+            #expect(reply.status == 422)
+            #expect(reply.errorCode == "upstream_rejected")
+            #expect(reply.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "validation_failed")
+            #expect(mock.received.count == 1)
+            // A refusal is not remembered: the next registration is forwarded.
+            #expect(try await h.post("/installations", body).outcome("pushnotice") == "forwarded")
+            #expect(mock.received.count == 2)
 
-        mock.enqueue(.init(status: 400))
-        let other = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(other.status == 422)
-        #expect(other.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "http_400")
-        #expect(mock.received.count == 3)
-        await h.stop()
-        await mock.stop()
+            mock.enqueue(.init(status: 400))
+            let other = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(other.status == 422)
+            #expect(other.json?["error"]?.objectValue?["upstream_code"]?.stringValue == "http_400")
+            #expect(mock.received.count == 3)
+        }
     }
 
     @Test func wrongKeyIsAnOperatorProblemNeverRetried() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock), key: "pnp_revoked_0000000000")
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 502)
-        #expect(reply.errorCode == "upstream_auth_failed")
-        #expect(mock.received.count == 1)
-        let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcmToken())"}"#)
-        #expect(unregister.status == 502)
-        #expect(mock.received.count == 2)
-        #expect(!h.logs.text.contains("pnp_revoked"))
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock), key: "pnp_revoked_0000000000") }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 502)
+            #expect(reply.errorCode == "upstream_auth_failed")
+            #expect(mock.received.count == 1)
+            let unregister = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcmToken())"}"#)
+            #expect(unregister.status == 502)
+            #expect(mock.received.count == 2)
+            #expect(!h.logs.text.contains("pnp_revoked"))
+        }
     }
 
     @Test func slugTheKeyDoesNotBelongToIsForbiddenNeverRetried() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock, slug: "other-app"))
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 502)
-        #expect(reply.errorCode == "upstream_auth_failed")
-        #expect(mock.received.count == 1)
-        #expect(mock.received.first?.path == "/api/v1/apps/other-app/subscribers")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, slug: "other-app")) }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 502)
+            #expect(reply.errorCode == "upstream_auth_failed")
+            #expect(mock.received.count == 1)
+            #expect(mock.received.first?.path == "/api/v1/apps/other-app/subscribers")
+        }
     }
 
     @Test func serverErrorsAreRetriedThenUnavailable() async throws {
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock))
-        mock.enqueue(.init(status: 500), .init(status: 502), .init(status: 503))
-        let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-        let reply = try await h.post("/installations", body)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        #expect(reply.headers["Retry-After"] != nil)
-        #expect(mock.received.count == 3)
-        #expect(Set(mock.received.map(\.bodyText)).count == 1)
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock)) }) { h, mock async throws in
+            mock.enqueue(.init(status: 500), .init(status: 502), .init(status: 503))
+            let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
+            let reply = try await h.post("/installations", body)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            #expect(reply.headers["Retry-After"] != nil)
+            #expect(mock.received.count == 3)
+            #expect(Set(mock.received.map(\.bodyText)).count == 1)
 
-        // A 5xx (or an undocumented 429) followed by success is one forwarded registration.
-        mock.enqueue(.init(status: 500), .init(status: 429))
-        let recovered = try await h.post("/installations", body)
-        #expect(recovered.status == 202)
-        #expect(recovered.outcome("pushnotice") == "forwarded")
-        #expect(mock.received.count == 6)
-        await h.stop()
-        await mock.stop()
+            // A 5xx (or an undocumented 429) followed by success is one forwarded registration.
+            mock.enqueue(.init(status: 500), .init(status: 429))
+            let recovered = try await h.post("/installations", body)
+            #expect(recovered.status == 202)
+            #expect(recovered.outcome("pushnotice") == "forwarded")
+            #expect(mock.received.count == 6)
+        }
     }
 
     @Test func networkErrorsAreRetriedThenUnavailable() async throws {
         let gone = try MockPushNotice(apiKey: Self.key)
         let deadURL = gone.baseURL
         await gone.stop()
-        let mock = try MockPushNotice(apiKey: Self.key)
-        let h = try await Self.harness(Self.upstream(mock, baseURL: deadURL))
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        #expect(h.logs.text.components(separatedBy: "upstream unreachable").count - 1 == 3)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, baseURL: deadURL)) }) { h, mock async throws in
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            #expect(h.logs.text.components(separatedBy: "upstream unreachable").count - 1 == 3)
+        }
     }
 
     // MARK: Start-up

@@ -105,3 +105,25 @@ extension Harness.Reply {
     /// The outcome the response reports for one upstream.
     func outcome(_ upstream: String) -> String? { json?["upstreams"]?.objectValue?[upstream]?.stringValue }
 }
+
+/// Runs `body` against a sidecar (made by `makeHarness`) in front of `mock`, then stops both,
+/// also when `body` throws.
+func withSidecar<Mock: ProviderMock>(_ mock: Mock, _ makeHarness: (Mock) async throws -> SidecarHarness,
+                                     _ body: (SidecarHarness, Mock) async throws -> Void) async throws {
+    let h: SidecarHarness
+    do {
+        h = try await makeHarness(mock)
+    } catch {
+        await mock.stop()
+        throw error
+    }
+    do {
+        try await body(h, mock)
+    } catch {
+        await h.stop()
+        await mock.stop()
+        throw error
+    }
+    await h.stop()
+    await mock.stop()
+}

@@ -49,207 +49,183 @@ import Testing
     }
 
     @Test func firstRegistrationSendsEveryHeaderAndTheIdIsKeptForUnregister() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Harness.apnsToken()
-        let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"sandbox"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("vh") == "forwarded")
-        let calls = mock.received
-        try #require(calls.count == 1)
-        #expect(calls[0].path == "/api/v1/sdk/push-devices/register")
-        Self.expectSDKHeaders(calls[0])
-        #expect(calls[0].headers["x-distinct-id-encoding"] == nil)
-        #expect(calls[0].bodyText == #"{"platform":"ios","provider":"apns","platformToken":"\#(token.lowercased())","bundleId":"com.example.app","environment":"sandbox"}"#)
-        let device = try #require(mock.device(token: token.lowercased()))
-        #expect(device.distinctID == "alice")
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Harness.apnsToken()
+            let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","environment":"sandbox"}"#)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("vh") == "forwarded")
+            let calls = mock.received
+            try #require(calls.count == 1)
+            #expect(calls[0].path == "/api/v1/sdk/push-devices/register")
+            Self.expectSDKHeaders(calls[0])
+            #expect(calls[0].headers["x-distinct-id-encoding"] == nil)
+            #expect(calls[0].bodyText == #"{"platform":"ios","provider":"apns","platformToken":"\#(token.lowercased())","bundleId":"com.example.app","environment":"sandbox"}"#)
+            let device = try #require(mock.device(token: token.lowercased()))
+            #expect(device.distinctID == "alice")
 
-        let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
-        #expect(gone.status == 202)
-        #expect(gone.outcome("vh") == "forwarded")
-        let unregisters = mock.received(path: "/unregister")
-        try #require(unregisters.count == 1)
-        Self.expectSDKHeaders(unregisters[0])
-        #expect(unregisters[0].bodyText == #"{"pushDeviceTokenId":"\#(device.id)"}"#)
-        #expect(mock.device(id: device.id) == nil)
-        // The id was forgotten with the registration: a second unregister has nothing to send.
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh") == "skipped")
-        #expect(mock.received.count == 2)
-        await h.stop()
-        await mock.stop()
+            let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+            #expect(gone.status == 202)
+            #expect(gone.outcome("vh") == "forwarded")
+            let unregisters = mock.received(path: "/unregister")
+            try #require(unregisters.count == 1)
+            Self.expectSDKHeaders(unregisters[0])
+            #expect(unregisters[0].bodyText == #"{"pushDeviceTokenId":"\#(device.id)"}"#)
+            #expect(mock.device(id: device.id) == nil)
+            // The id was forgotten with the registration: a second unregister has nothing to send.
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh") == "skipped")
+            #expect(mock.received.count == 2)
+        }
     }
 
     @Test func androidRegistrationUsesThePackageNameAndNoAPNsFields() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("vh") == "forwarded")
-        let call = try #require(mock.received.first)
-        Self.expectSDKHeaders(call, platform: "android")
-        #expect(call.bodyText == #"{"platform":"android","provider":"fcm","platformToken":"\#(token)"}"#)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("vh") == "forwarded")
+            let call = try #require(mock.received.first)
+            Self.expectSDKHeaders(call, platform: "android")
+            #expect(call.bodyText == #"{"platform":"android","provider":"fcm","platformToken":"\#(token)"}"#)
+        }
     }
 
     @Test func duplicateRegistrationMakesNoCall() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let body = #"{"platform":"android","push_token":"\#(Self.fcm())"}"#
-        #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
-        let again = try await h.post("/installations", body)
-        #expect(again.status == 202)
-        #expect(again.outcome("vh") == "unchanged")
-        #expect(mock.received.count == 1)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let body = #"{"platform":"android","push_token":"\#(Self.fcm())"}"#
+            #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
+            let again = try await h.post("/installations", body)
+            #expect(again.status == 202)
+            #expect(again.outcome("vh") == "unchanged")
+            #expect(mock.received.count == 1)
+        }
     }
 
     @Test func rotationIsARefreshOfTheKeptIdAndRetiresNothing() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let old = Self.fcm(), new = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("vh") == "forwarded")
-        let id = try #require(mock.device(token: old)?.id)
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
-        #expect(reply.outcome("vh") == "forwarded")
-        let calls = mock.received
-        try #require(calls.count == 2)
-        #expect(calls[1].path == "/api/v1/sdk/push-devices/refresh")
-        Self.expectSDKHeaders(calls[1], platform: "android")
-        #expect(calls[1].bodyText == #"{"pushDeviceTokenId":"\#(id)","platformToken":"\#(new)"}"#)
-        #expect(mock.device(id: id)?.platformToken == new)
-        // The id moved to the new token: unregistering it removes that id; the old token has none.
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#).outcome("vh") == "skipped")
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#).outcome("vh") == "forwarded")
-        #expect(mock.received(path: "/unregister").map(\.bodyText) == [#"{"pushDeviceTokenId":"\#(id)"}"#])
-        #expect(mock.devices.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let old = Self.fcm(), new = Self.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#).outcome("vh") == "forwarded")
+            let id = try #require(mock.device(token: old)?.id)
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
+            #expect(reply.outcome("vh") == "forwarded")
+            let calls = mock.received
+            try #require(calls.count == 2)
+            #expect(calls[1].path == "/api/v1/sdk/push-devices/refresh")
+            Self.expectSDKHeaders(calls[1], platform: "android")
+            #expect(calls[1].bodyText == #"{"pushDeviceTokenId":"\#(id)","platformToken":"\#(new)"}"#)
+            #expect(mock.device(id: id)?.platformToken == new)
+            // The id moved to the new token: unregistering it removes that id; the old token has none.
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(old)"}"#).outcome("vh") == "skipped")
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#).outcome("vh") == "forwarded")
+            #expect(mock.received(path: "/unregister").map(\.bodyText) == [#"{"pushDeviceTokenId":"\#(id)"}"#])
+            #expect(mock.devices.isEmpty)
+        }
     }
 
     @Test func rotationFromAnUnknownTokenIsARegister() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Harness.apnsToken().lowercased()
-        let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","previous_push_token":"\#(Harness.apnsToken())"}"#)
-        #expect(reply.outcome("vh") == "forwarded")
-        #expect(mock.received.map(\.path) == ["/api/v1/sdk/push-devices/register"])
-        #expect(mock.received.first?.bodyText == #"{"platform":"ios","provider":"apns","platformToken":"\#(token)","bundleId":"com.example.app","environment":"production"}"#)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Harness.apnsToken().lowercased()
+            let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(token)","previous_push_token":"\#(Harness.apnsToken())"}"#)
+            #expect(reply.outcome("vh") == "forwarded")
+            #expect(mock.received.map(\.path) == ["/api/v1/sdk/push-devices/register"])
+            #expect(mock.received.first?.bodyText == #"{"platform":"ios","provider":"apns","platformToken":"\#(token)","bundleId":"com.example.app","environment":"production"}"#)
+        }
     }
 
     @Test func contactChangeRegistersUnderTheNewDistinctIdWhichMovesTheDevice() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Self.fcm()
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        #expect(try await h.post("/installations", body, contact: "alice").outcome("vh") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("vh") == "forwarded")
-        #expect(try await h.post("/installations", body, contact: "bob").outcome("vh") == "unchanged")
-        let calls = mock.received
-        #expect(calls.map(\.path) == Array(repeating: "/api/v1/sdk/push-devices/register", count: 2))
-        #expect(calls.map { $0.headers["x-distinct-id"] } == ["alice", "bob"])
-        #expect(calls[0].bodyText == calls[1].bodyText)
-        #expect(mock.devices.count == 1)
-        #expect(mock.device(token: token)?.distinctID == "bob")
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, contact: "bob").outcome("vh") == "forwarded")
-        #expect(mock.devices.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcm()
+            let body = #"{"platform":"android","push_token":"\#(token)"}"#
+            #expect(try await h.post("/installations", body, contact: "alice").outcome("vh") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("vh") == "forwarded")
+            #expect(try await h.post("/installations", body, contact: "bob").outcome("vh") == "unchanged")
+            let calls = mock.received
+            #expect(calls.map(\.path) == Array(repeating: "/api/v1/sdk/push-devices/register", count: 2))
+            #expect(calls.map { $0.headers["x-distinct-id"] } == ["alice", "bob"])
+            #expect(calls[0].bodyText == calls[1].bodyText)
+            #expect(mock.devices.count == 1)
+            #expect(mock.device(token: token)?.distinctID == "bob")
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, contact: "bob").outcome("vh") == "forwarded")
+            #expect(mock.devices.isEmpty)
+        }
     }
 
     @Test func notFoundOnUnregisterIsSuccess() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#, contact: "alice").outcome("vh") == "forwarded")
-        // Another person's session: Voidhash answers 404 (not registered to this distinct ID).
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, contact: "mallory")
-        #expect(reply.status == 202)
-        #expect(reply.outcome("vh") == "forwarded")
-        let unregister = try #require(mock.received(path: "/unregister").first)
-        #expect(unregister.headers["x-distinct-id"] == "mallory")
-        #expect(mock.device(token: token)?.distinctID == "alice")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#, contact: "alice").outcome("vh") == "forwarded")
+            // Another person's session: Voidhash answers 404 (not registered to this distinct ID).
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#, contact: "mallory")
+            #expect(reply.status == 202)
+            #expect(reply.outcome("vh") == "forwarded")
+            let unregister = try #require(mock.received(path: "/unregister").first)
+            #expect(unregister.headers["x-distinct-id"] == "mallory")
+            #expect(mock.device(token: token)?.distinctID == "alice")
+        }
     }
 
     @Test func unregisterOfATokenNeverRegisteredCallsNothing() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcm())"}"#)
-        #expect(reply.status == 202)
-        #expect(reply.outcome("vh") == "skipped")
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let reply = try await h.post("/installations/unregister", #"{"push_token":"\#(Self.fcm())"}"#)
+            #expect(reply.status == 202)
+            #expect(reply.outcome("vh") == "skipped")
+            #expect(mock.received.isEmpty)
+        }
     }
 
     @Test func contactOutsidePrintableASCIIIsPercentEncoded() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let token = Self.fcm()
-        let contact = "zoë-日本"
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#, contact: contact).outcome("vh") == "forwarded")
-        let call = try #require(mock.received.first)
-        Self.expectSDKHeaders(call, distinct: "zo%C3%AB-%E6%97%A5%E6%9C%AC", platform: "android")
-        #expect(call.headers.values("x-distinct-id-encoding") == ["percent"])
-        #expect(mock.device(token: token)?.distinctID == contact)
-        // A printable contact with a space and a % is sent as is.
-        let other = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(other)"}"#, contact: "a b%41").outcome("vh") == "forwarded")
-        #expect(mock.received.last?.headers["x-distinct-id"] == "a b%41")
-        #expect(mock.received.last?.headers["x-distinct-id-encoding"] == nil)
-        #expect(mock.device(token: other)?.distinctID == "a b%41")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let token = Self.fcm()
+            let contact = "zoë-日本"
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#, contact: contact).outcome("vh") == "forwarded")
+            let call = try #require(mock.received.first)
+            Self.expectSDKHeaders(call, distinct: "zo%C3%AB-%E6%97%A5%E6%9C%AC", platform: "android")
+            #expect(call.headers.values("x-distinct-id-encoding") == ["percent"])
+            #expect(mock.device(token: token)?.distinctID == contact)
+            // A printable contact with a space and a % is sent as is.
+            let other = Self.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(other)"}"#, contact: "a b%41").outcome("vh") == "forwarded")
+            #expect(mock.received.last?.headers["x-distinct-id"] == "a b%41")
+            #expect(mock.received.last?.headers["x-distinct-id-encoding"] == nil)
+            #expect(mock.device(token: other)?.distinctID == "a b%41")
+        }
     }
 
     @Test func installationsVoidhashDoesNotTakeAreSkippedWithoutACall() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock, ios: false)
-        let bodies = [
-            #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#,  // no ios_bundle_id in this policy
-            #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
-            #"{"platform":"web","push_token":"\#(Self.webEndpoint)/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys)}"#,
-            #"{"platform":"android","push_service":"fcm","push_token":"\#(Self.webEndpoint)/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys)}"#,
-        ]
-        for body in bodies {
-            let reply = try await h.post("/installations", body)
-            #expect(reply.status == 202, "\(reply.text)")
-            #expect(reply.outcome("vh") == "skipped", "\(body)")
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock, ios: false) }) { h, mock async throws in
+            let bodies = [
+                #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#,  // no ios_bundle_id in this policy
+                #"{"platform":"ios","push_service":"apns_voip","push_token":"\#(Harness.apnsToken())"}"#,
+                #"{"platform":"web","push_token":"\#(Self.webEndpoint)/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys)}"#,
+                #"{"platform":"android","push_service":"fcm","push_token":"\#(Self.webEndpoint)/\#(UUID().uuidString)","web_push_keys":\#(Self.webKeys)}"#,
+            ]
+            for body in bodies {
+                let reply = try await h.post("/installations", body)
+                #expect(reply.status == 202, "\(reply.text)")
+                #expect(reply.outcome("vh") == "skipped", "\(body)")
+            }
+            #expect(mock.received.isEmpty)
         }
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
     }
 
     @Test func contractRefusalsNeverReachVoidhash() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let badToken = try await h.post("/installations", #"{"platform":"ios","push_token":"not-hex"}"#)
-        #expect(badToken.status == 400)
-        #expect(badToken.errorCode == "invalid_token_format")
-        let sandboxFCM = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())","environment":"sandbox"}"#)
-        #expect(sandboxFCM.status == 400)
-        #expect(mock.received.isEmpty)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let badToken = try await h.post("/installations", #"{"platform":"ios","push_token":"not-hex"}"#)
+            #expect(badToken.status == 400)
+            #expect(badToken.errorCode == "invalid_token_format")
+            let sandboxFCM = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())","environment":"sandbox"}"#)
+            #expect(sandboxFCM.status == 400)
+            #expect(mock.received.isEmpty)
+        }
     }
 
     @Test func validationErrorIs422WithItsTag() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
-                           body: #"{"_tag":"Api/SdkValidationError","message":"missing header x-sdk"}"#))
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())"}"#)
-        #expect(reply.status == 422)
-        #expect(reply.errorCode == "upstream_rejected")
-        #expect(reply.json?["error"]?.objectValue?["upstream_code"] == "Api/SdkValidationError")
-        #expect(mock.received.count == 1)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
+                               body: #"{"_tag":"Api/SdkValidationError","message":"missing header x-sdk"}"#))
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())"}"#)
+            #expect(reply.status == 422)
+            #expect(reply.errorCode == "upstream_rejected")
+            #expect(reply.json?["error"]?.objectValue?["upstream_code"] == "Api/SdkValidationError")
+            #expect(mock.received.count == 1)
+        }
     }
 
     /// Both are the operator's problem, answered 502 after exactly one call: a key Voidhash does not
@@ -268,21 +244,19 @@ import Testing
     }
 
     @Test func serverErrorsAreRetriedThen503AndNothingKept() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        mock.enqueue(.init(status: 500), .init(status: 500), .init(status: 500))
-        let token = Self.fcm()
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        let reply = try await h.post("/installations", body)
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "upstream_unavailable")
-        #expect(reply.headers["Retry-After"] != nil)
-        #expect(mock.received.count == 3)
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh") == "skipped")
-        #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
-        #expect(mock.received.count == 4)
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            mock.enqueue(.init(status: 500), .init(status: 500), .init(status: 500))
+            let token = Self.fcm()
+            let body = #"{"platform":"android","push_token":"\#(token)"}"#
+            let reply = try await h.post("/installations", body)
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "upstream_unavailable")
+            #expect(reply.headers["Retry-After"] != nil)
+            #expect(mock.received.count == 3)
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh") == "skipped")
+            #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
+            #expect(mock.received.count == 4)
+        }
     }
 
     /// The document gives refresh a 404 for an id another distinct ID registered. Without knowing
@@ -291,17 +265,15 @@ import Testing
     /// refresh (404: not B's device), so PushWarden forgets the old id and registers the new token
     /// under B, which Voidhash documents as moving the device.
     @Test func refreshOfAnotherPersonsDeviceFallsBackToRegister() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let old = Self.fcm(), new = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#, contact: "alice").outcome("vh") == "forwarded")
-        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#, contact: "bob")
-        #expect(reply.status == 202)
-        #expect(reply.outcome("vh") == "forwarded")
-        #expect(mock.received.map(\.path).suffix(2) == ["/api/v1/sdk/push-devices/refresh", "/api/v1/sdk/push-devices/register"])
-        #expect(mock.received.last?.headers["x-distinct-id"] == "bob")
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let old = Self.fcm(), new = Self.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(old)"}"#, contact: "alice").outcome("vh") == "forwarded")
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(new)","previous_push_token":"\#(old)"}"#, contact: "bob")
+            #expect(reply.status == 202)
+            #expect(reply.outcome("vh") == "forwarded")
+            #expect(mock.received.map(\.path).suffix(2) == ["/api/v1/sdk/push-devices/refresh", "/api/v1/sdk/push-devices/register"])
+            #expect(mock.received.last?.headers["x-distinct-id"] == "bob")
+        }
     }
 
     @Test func failingVoidhashShadowNeverFailsAHealthyVoyadoPrimary() async throws {
@@ -349,20 +321,18 @@ import Testing
     }
 
     @Test func logsCarryNoKeyAndNoRawToken() async throws {
-        let mock = try MockVoidhash(publishableKey: Self.key)
-        let h = try await Self.harness(mock)
-        let old = Harness.apnsToken().lowercased(), new = Harness.apnsToken().lowercased()
-        _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)"}"#)
-        _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
-        mock.enqueue(.init(status: 500), .init(status: 500), .init(status: 500))
-        _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#)
-        _ = try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#)
-        let logs = h.logs.text
-        #expect(!logs.isEmpty)
-        #expect(!logs.contains(Self.key))
-        #expect(!logs.contains(old) && !logs.contains(new))
-        await h.stop()
-        await mock.stop()
+        try await withSidecar(MockVoidhash(publishableKey: Self.key), { mock in try await Self.harness(mock) }) { h, mock async throws in
+            let old = Harness.apnsToken().lowercased(), new = Harness.apnsToken().lowercased()
+            _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(old)"}"#)
+            _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(new)","previous_push_token":"\#(old)"}"#)
+            mock.enqueue(.init(status: 500), .init(status: 500), .init(status: 500))
+            _ = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#)
+            _ = try await h.post("/installations/unregister", #"{"push_token":"\#(new)"}"#)
+            let logs = h.logs.text
+            #expect(!logs.isEmpty)
+            #expect(!logs.contains(Self.key))
+            #expect(!logs.contains(old) && !logs.contains(new))
+        }
     }
 
     @Test func aTestKeyNeedsDebugBuildAndALiveKeyForbidsIt() async throws {
