@@ -35,6 +35,16 @@ apps:
 
 """
 
+/// `minimalPolicy` with its one upstream turned into `provider` (named `name`, the app on
+/// `platforms`); `block` holds the upstream's keys, already indented (8 spaces), and starts on
+/// line 13, so diagnostics keep fixed positions across the provider test suites.
+func policyWithUpstream(_ provider: String, name: String = "up", platforms: String = "[ios]", block: String) -> String {
+    minimalPolicy
+        .replacingFirst("platforms: [ios]", with: "platforms: \(platforms)")
+        .replacingFirst("- name: up", with: "- name: \(name)")
+        .replacingFirst("provider: dry_run", with: "provider: \(provider)\n" + block)
+}
+
 let badFixtures: [Fixture] = [
     Fixture(name: "unknown key", yaml: """
     version: 1

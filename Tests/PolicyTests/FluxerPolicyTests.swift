@@ -7,8 +7,8 @@ import Testing
     /// `minimalPolicy` with its upstream turned into a Fluxer one; `keys` are the lines after
     /// `provider: fluxer` (line 12), so the first of them is on line 13, values at column 9.
     static func policy(_ keys: String) -> String {
-        let lines = keys.split(separator: "\n", omittingEmptySubsequences: false).map { "        " + $0 }.joined(separator: "\n")
-        return minimalPolicy.replacingFirst("        provider: dry_run", with: "        provider: fluxer\n" + lines)
+        policyWithUpstream("fluxer", block: keys.split(separator: "\n", omittingEmptySubsequences: false)
+            .map { "        " + $0 }.joined(separator: "\n"))
     }
 
     static func diagnostics(_ yaml: String) -> [String] { loadDiagnostics(yaml) }

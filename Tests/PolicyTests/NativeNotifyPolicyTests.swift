@@ -7,7 +7,7 @@ import Testing
     /// `minimalPolicy` with its upstream replaced by a Native Notify block; `extra` lines follow
     /// `provider:` at the upstream's indentation (line 13 onwards).
     static func policy(_ extra: String) -> String {
-        minimalPolicy.replacingFirst("provider: dry_run", with: "provider: nativenotify\n" + extra)
+        policyWithUpstream("nativenotify", block: extra)
     }
 
     static let required = """

@@ -8,22 +8,7 @@ import Testing
     /// A valid app whose single upstream is PushNotice; `keys` are its provider lines (8 spaces),
     /// starting at line 13.
     static func policy(_ keys: String) -> String {
-        """
-        version: 1
-        apps:
-          shop:
-            session:
-              type: jwt
-              algorithms: [HS256]
-              hmac_secret: {env: SHOP_SESSION_SECRET}
-            client:
-              platforms: [android]
-            upstreams:
-              - name: pn
-                provider: pushnotice
-        \(keys)
-
-        """
+        policyWithUpstream("pushnotice", name: "pn", platforms: "[android]", block: keys)
     }
 
     static func load(_ keys: String) -> Result<Policy, PolicyDiagnostics> {

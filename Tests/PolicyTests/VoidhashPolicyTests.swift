@@ -7,21 +7,7 @@ import Testing
 @Suite struct VoidhashPolicyTests {
     /// A policy whose only upstream is Voidhash with `lines` as its keys (from line 13 on).
     static func policy(_ lines: [String]) -> String {
-        """
-        version: 1
-        apps:
-          shop:
-            session:
-              type: jwt
-              algorithms: [HS256]
-              hmac_secret: {env: SHOP_SESSION_SECRET}
-            client:
-              platforms: [ios, android]
-            upstreams:
-              - name: up
-                provider: voidhash
-
-        """ + lines.map { "        " + $0 + "\n" }.joined()
+        policyWithUpstream("voidhash", platforms: "[ios, android]", block: lines.map { "        " + $0 }.joined(separator: "\n"))
     }
 
     static func diagnostics(_ lines: [String]) -> [String] { loadDiagnostics(policy(lines)) }
