@@ -46,7 +46,7 @@ let package = Package(
         /// A mock upstream process for the benchmark and manual trials (Voyado's API, configurable latency).
         .executableTarget(name: "mock-upstream", dependencies: ["PushWardenTestSupport"], path: "Sources/MockUpstream"),
         /// Mints the benchmark's session token pools (HS256, ES256 with a JWKS).
-        .executableTarget(name: "bench-tool", dependencies: ["PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth"], path: "Sources/BenchTool"),
+        .executableTarget(name: "bench-tool", dependencies: ["PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "HTTPServer", "HTTPClient", "Loops", "RedisClient"], path: "Sources/BenchTool"),
         .testTarget(name: "CoreTests", dependencies: ["PWCore"]),
         .testTarget(name: "ClientAPITests", dependencies: ["ClientAPI", "PWPolicy", "PWCore"]),
         .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),

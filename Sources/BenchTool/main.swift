@@ -13,6 +13,14 @@ func value(_ flag: String) -> String? {
     return CommandLine.arguments[i + 1]
 }
 
+if CommandLine.arguments.dropFirst().first == "floor" {
+    do { try runFloor() } catch {
+        FileHandle.standardError.write(Data("floor failed: \(error)\n".utf8))
+        exit(1)
+    }
+    exit(0)
+}
+
 if CommandLine.arguments.dropFirst().first == "profile" {
     do { try runProfile() } catch {
         FileHandle.standardError.write(Data("profile failed: \(error)\n".utf8))

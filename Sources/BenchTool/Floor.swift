@@ -1,0 +1,74 @@
+import Foundation
+import HTTPClient
+import HTTPServer
+import Loops
+import RedisClient
+
+/// `bench-tool floor --port P --redis URL [--upstream URL] [--threads N]`: the ceiling of PushWarden's hot path
+/// on this machine, for the benchmark's information rows. A server on our `HTTPServer` whose
+/// handler does only the fixed part of a dedupe hit:
+/// - `GET /inline`: a bare 202 answered before the handler returns (no suspension);
+/// - `GET /resume`: suspended, then answered on the loop's next turn (suspend/resume alone);
+/// - `GET /redis`: one `GET` on the loop's Redis connection, answered when Redis replies
+///   (suspend/resume plus a Redis round trip, all on one thread);
+/// - `POST /forward`: the request body posted to `--upstream` with our `HTTPClient` (a task, as
+///   in PushWarden), answered 202 once the upstream answered 2xx: a forward with no Redis, no
+///   session check and no validation.
+/// Whatever a real hit costs beyond `/redis` is PushWarden's own work. Benchmark tooling only.
+struct FloorHandler: HTTPHandler {
+    let redis: RedisClient
+    let client: HTTPClient
+    let upstream: String
+    static let key: [[UInt8]] = [Array("GET".utf8), Array("pw-floor".utf8)]
+
+    func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 16) }
+    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
+
+    func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
+        switch request.head.path {
+        case "/inline":
+            responder.respond(HTTPResponse(status: 202))
+        case "/resume":
+            loop.execute { responder.respond(HTTPResponse(status: 202)) }
+        case "/redis":
+            redis.send(bytes: Self.key, on: loop) { result in
+                if case .success = result {
+                    responder.respond(HTTPResponse(status: 202))
+                } else {
+                    responder.respond(HTTPResponse(status: 503))
+                }
+            }
+        case "/forward":
+            let call = HTTPClientRequest(
+                method: "POST", url: upstream,
+                headers: ["Authorization": "Bearer bench-key", "Content-Type": "application/json"],
+                body: request.body)
+            let client = self.client
+            Task(executorPreference: loop) {
+                let status = (try? await client.execute(call))?.status ?? 599
+                responder.respond(HTTPResponse(status: (200..<300).contains(status) ? 202 : 502))
+            }
+        default:
+            responder.respond(HTTPResponse(status: 404))
+        }
+    }
+
+    func handle(_ request: HTTPRequest) async -> HTTPResponse { HTTPResponse(status: 404) }
+}
+
+func runFloor() throws {
+    guard let port = value("--port").flatMap(Int.init), let url = value("--redis") else {
+        FileHandle.standardError.write(Data("usage: bench-tool floor --port P --redis URL [--upstream URL] [--threads N]\n".utf8))
+        exit(2)
+    }
+    let redis = RedisClient(configuration: try RedisConfiguration(url: url))
+    let configuration = HTTPServerConfiguration(
+        port: port, threads: value("--threads").flatMap(Int.init) ?? HTTPServerConfiguration.coreCount, name: "floor")
+    let client = try HTTPClient(configuration: HTTPClientConfiguration(maxConnectionsPerHost: 512, maxTotalConnections: 1024))
+    let handler = FloorHandler(redis: redis, client: client, upstream: value("--upstream") ?? "http://127.0.0.1:1/")
+    let server = try HTTPServer(configuration: configuration, handler: handler)
+    FileHandle.standardOutput.write(Data("floor listening on 127.0.0.1:\(server.port)\n".utf8))
+    withExtendedLifetime(server) {
+        while true { sleep(3600) }
+    }
+}
