@@ -42,7 +42,7 @@ for product in pushwarden mock-upstream bench-tool; do swift build -c release --
 bin=$(swift build -c release --show-bin-path)
 
 redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); nginx_proxy=$(free_port)
-pw_port=$(free_port); pw_admin=$(free_port)
+pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
 pids+=($!)
@@ -112,7 +112,12 @@ BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve 
   2>"$work/pushwarden.log" &
 pw_pid=$!
 pids+=($pw_pid)
-for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port; do wait_port "$p"; done
+# Not PushWarden: the same HTTP server, Redis and upstream client with none of its work (see
+# Sources/BenchTool/Floor.swift), for the "(info)" rows that show what any path built on them reaches.
+"$bin/bench-tool" floor --port "$floor_port" --redis "redis://127.0.0.1:$redis_port" \
+  --upstream "http://127.0.0.1:$mock_port/api/v1/acme/abc123/default/installations" >"$work/floor.log" 2>&1 &
+pids+=($!)
+for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
 
 # run NAME URL CONNECTIONS DURATION [ENV=VALUE...]; LUA names the wrk script (none: plain GET)
 run() {
@@ -155,9 +160,10 @@ fact hit_conns "$HIT_CONNECTIONS"
 fact fwd_conns "$FORWARD_CONNECTIONS"
 if want hit; then
   LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS" "$DURATION"
-  # Not a bar: our HTTP server alone (the mock's GET /static, a 202 answered on the loop), the
-  # ceiling any request path built on it can reach.
-  LUA= run server_floor "http://127.0.0.1:$mock_port/static" "$HIT_CONNECTIONS" "$DURATION"
+  # Not bars: our HTTP server answering at once, then after one Redis GET on the loop: the
+  # ceilings for any hit path built on them.
+  LUA= run floor_inline "http://127.0.0.1:$floor_port/inline" "$HIT_CONNECTIONS" "$DURATION"
+  LUA= run floor_redis "http://127.0.0.1:$floor_port/redis" "$HIT_CONNECTIONS" "$DURATION"
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
@@ -175,6 +181,8 @@ fi
 if want forwarded; then
   LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
+  # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
+  LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"
 fi
 if want memory; then
   # RSS with IDLE_CONNECTIONS open client connections (each sent one request and kept alive).

@@ -114,13 +114,7 @@ public final class MockServer: Sendable {
         func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
         func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
 
-        /// `GET /static` is answered with a bare 202 on the loop: the benchmark's floor for our
-        /// HTTP server, measured beside nginx.
         func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
-            if request.head.method == "GET" && request.head.path == "/static" {
-                responder.respond(HTTPResponse(status: 202))
-                return
-            }
             guard latencyMillis > 0 else {
                 responder.respond(exchange.answer(request))
                 return

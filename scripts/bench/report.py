@@ -41,8 +41,11 @@ def scenario(name, label, conns, baseline, bar_text, value, passed):
                   "PASS" if passed and failures == 0 else "FAIL", failures))
 
 scenario("nginx_static", "nginx static 202", facts.get("hit_conns"), "-", "-", "-", True)
-floor = ratio(rps("server_floor"), rps("nginx_static"))
-scenario("server_floor", "HTTPServer alone (info)", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", "-", f"{floor:.2f}x", True)
+def info(name, label, conns, baseline):
+    scenario(name, label, conns, f"{rps(baseline):.0f}", "-", f"{ratio(rps(name), rps(baseline)):.2f}x", True)
+
+info("floor_inline", "floor: HTTPServer alone (info)", facts.get("hit_conns"), "nginx_static")
+info("floor_redis", "floor: + one Redis GET (info)", facts.get("hit_conns"), "nginx_static")
 p1 = ratio(rps("pw_hit_hs256"), rps("nginx_static"))
 scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", ">= 0.50x", f"{p1:.2f}x", p1 >= 0.5)
 verify = float(facts.get("openssl_es256_verify", "0") or 0)
@@ -51,6 +54,7 @@ scenario("pw_hit_es256", "P1 dedupe hit ES256", facts.get("hit_conns"), f"{verif
 scenario("nginx_proxy", "nginx proxy_pass", facts.get("fwd_conns"), "-", "-", "-", True)
 p2 = ratio(rps("pw_forwarded"), rps("nginx_proxy"))
 scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.80x", f"{p2:.2f}x", p2 >= 0.8)
+info("floor_forward", "floor: HTTP + upstream call (info)", facts.get("fwd_conns"), "nginx_proxy")
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9
