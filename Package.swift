@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "YAMLKit", dependencies: ["CYAML"]),
         .target(name: "PWCrypto", dependencies: ["COpenSSL"]),
         .target(name: "HTTPServer", dependencies: ["PWCore", "Loops", "CMicroHTTPD", "CShims"]),
-        .target(name: "HTTPClient", dependencies: ["PWCore", "CCurl", "CShims"]),
+        .target(name: "HTTPClient", dependencies: ["PWCore", "Loops", "CCurl", "CShims"]),
         .target(name: "RedisClient", dependencies: ["Loops", "CHiredis", "CShims"]),
 
         // MARK: Domain built on the wrappers
@@ -52,7 +52,7 @@ let package = Package(
         .testTarget(name: "PolicyTests", dependencies: ["PWPolicy", "YAMLKit"]),
         .testTarget(name: "SessionAuthTests", dependencies: ["SessionAuth", "PWCrypto", "PWPolicy", "PWCore"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Loops", "PushWardenTestSupport"]),
-        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "PushWardenTestSupport"]),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
             "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",

@@ -1,57 +1,93 @@
+import Loops
 import PWCore
 
 /// An HTTP/1.1 and HTTP/2 client for upstream push providers, on libcurl's multi interface.
 ///
-/// One event-loop thread drives every call; no thread is used per request. Connections are kept
-/// alive and pooled per host (`HTTPClientConfiguration`), and HTTPS upstreams that offer HTTP/2 get
-/// their calls multiplexed on shared connections. Redirects are never followed (a provider key must
-/// not travel to another host), only `http` and `https` are spoken, and TLS verification is always on.
+/// No thread is used per request. A call made by a task running on an event loop (`Loops`) goes
+/// out on that loop's own curl multi handle, driven by the loop's epoll set, and its completion
+/// resumes the task on the same thread: the whole call happens without a thread hop. Calls from
+/// anywhere else share one multi handle on the client's own thread. Connections are kept alive
+/// and pooled per host (`HTTPClientConfiguration`; each loop and the client's thread pool
+/// separately), and HTTPS upstreams that offer HTTP/2 get their calls multiplexed on shared
+/// connections. Redirects are never followed (a provider key must not travel to another host),
+/// only `http` and `https` are spoken, and TLS verification is always on.
 ///
 /// Thread-safety: every method may be called from any thread or task.
 ///
 /// The client does no logging: URLs and headers can carry keys.
 public final class HTTPClient: Sendable {
-    private let loop: EventLoop
+    private let thread: ClientThread
+    private let loopState: LoopClientState
     private let maxResponseBytes: Int
 
-    /// Starts the event-loop thread.
+    /// Starts the client's thread.
     /// - Throws: `.other` when libcurl cannot be initialised or the thread cannot start.
     public init(configuration: HTTPClientConfiguration = .init()) throws(HTTPClientError) {
-        loop = try EventLoop(configuration: configuration)
+        thread = try ClientThread(configuration: configuration)
+        loopState = LoopClientState(configuration: configuration)
         maxResponseBytes = max(0, configuration.maxResponseBytes)
-        try loop.start()
+        try thread.start()
     }
 
-    deinit { loop.shutdown() }
+    deinit { shutdown() }
 
     /// Performs one call. Any HTTP status, 5xx included, is a response.
     ///
-    /// If the awaiting task is cancelled, the transfer is removed from the loop (its connection is
-    /// closed by curl) and the call throws `.other` with detail "cancelled". Cancellation is
-    /// cooperative but prompt: the loop is woken to act on it.
+    /// If the awaiting task is cancelled, the transfer is removed (its connection is closed by
+    /// curl) and the call throws `.other` with detail "cancelled". Cancellation is cooperative but
+    /// prompt: the thread driving the transfer is woken to act on it.
     /// - Throws: `HTTPClientError`; `.other` before any I/O for a non-http(s) URL, a method that is
-    ///   not a token, or a header with control characters.
+    ///   not a token, or a header with control characters; `.shutdown` after `shutdown()`.
     public func execute(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
         if let problem = Self.problem(with: request) {
             throw HTTPClientError(kind: .other, detail: problem)
         }
         let transfer = Transfer(request: request, maxResponseBytes: maxResponseBytes)
-        let loop = self.loop
+        if let loop = EventLoop.current, let multi = loopMulti(on: loop) {
+            return try await execute(transfer, on: loop, multi: multi)
+        }
+        let thread = self.thread
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Transfer.Outcome, Never>) in
                 transfer.continuation = continuation
-                if !loop.enqueue(transfer) { transfer.finish(.failure(.shutdown)) }
+                if !thread.enqueue(transfer) { transfer.finish(.failure(.shutdown)) }
             }
         } onCancel: {
-            loop.cancel(transfer)
+            thread.cancel(transfer)
         }
         return try outcome.get()
     }
 
-    /// Fails pending and in-flight calls with `.shutdown`, closes connections and joins the loop
-    /// thread. Later calls fail with `.shutdown`. Idempotent; also run by `deinit`.
+    /// This client's multi handle on `loop`, made on first use; nil when it cannot be made (the
+    /// call then goes to the client's thread).
+    private func loopMulti(on loop: EventLoop) -> LoopBound<LoopMulti>? {
+        let state = loopState
+        let multi = loop.attachment(for: ObjectIdentifier(state)) { LoopMulti(loop: loop, state: state) }
+        return multi.isUsable ? LoopBound(value: multi) : nil
+    }
+
+    /// The call on `loop`'s own multi handle, begun right here on the loop's thread.
+    private func execute(_ transfer: Transfer, on loop: EventLoop, multi: LoopBound<LoopMulti>) async throws(HTTPClientError) -> HTTPClientResponse {
+        guard !loopState.isClosed else { throw .shutdown }
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Transfer.Outcome, Never>) in
+                transfer.continuation = continuation
+                multi.value.begin(transfer)
+            }
+        } onCancel: {
+            transfer.cancelRequested.store(true, ordering: .releasing)
+            loop.execute { multi.value.cancel(transfer) }
+        }
+        return try outcome.get()
+    }
+
+    /// Fails pending and in-flight calls on the client's thread with `.shutdown`, closes its
+    /// connections and joins it; later calls fail with `.shutdown`. Calls already running on an
+    /// event loop finish normally, and that loop's connections close when it stops. Idempotent;
+    /// also run by `deinit`.
     public func shutdown() {
-        loop.shutdown()
+        loopState.close()
+        thread.shutdown()
     }
 
     /// A reason to refuse `request` before libcurl sees it, never quoting the URL or header values.

@@ -61,6 +61,12 @@ final class SocketPoller: @unchecked Sendable {
         close(epollFD)
     }
 
+    /// The epoll descriptor, for an event loop that nests this set in its own.
+    var descriptor: Int32 { epollFD }
+
+    /// When curl next wants a timeout call (CLOCK_MONOTONIC nanoseconds), if it does.
+    var nextDeadline: UInt64? { deadline }
+
     /// Makes a current or the next `wait` return. A full pipe already guarantees that, so a
     /// failed write is fine.
     func wake() {

@@ -46,28 +46,53 @@ enum Hiredis {
         }
     }
 
-    /// Formats one command into the context's output buffer (`redisAppendCommandArgv`,
-    /// binary-safe: every argument is passed with its length). Nothing is written to the socket.
+    /// Adds one command to the context's output buffer, encoded here in RESP (binary-safe: every
+    /// argument goes with its length) and handed over in one piece with
+    /// `redisAppendFormattedCommand`, which skips hiredis's own formatting. Nothing is written to
+    /// the socket.
     static func append(_ arguments: [[UInt8]], to context: UnsafeMutablePointer<redisContext>) -> Bool {
-        var flat: [UInt8] = []
-        flat.reserveCapacity(arguments.reduce(1) { $0 + $1.count })
-        var lengths: [Int] = []
-        lengths.reserveCapacity(arguments.count)
-        for argument in arguments {
-            flat.append(contentsOf: argument)
-            lengths.append(argument.count)
-        }
-        flat.append(0)  // never empty, so the base address is never nil
-        return flat.withUnsafeBufferPointer { buffer in
-            let base = UnsafeRawPointer(buffer.baseAddress!)
-            var pointers: [UnsafePointer<CChar>?] = []
-            pointers.reserveCapacity(arguments.count)
-            var offset = 0
-            for length in lengths {
-                pointers.append(base.advanced(by: offset).assumingMemoryBound(to: CChar.self))
-                offset += length
+        let command = encode(arguments)
+        return command.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                redisAppendFormattedCommand(context, chars.baseAddress, chars.count) == REDIS_OK
             }
-            return redisAppendCommandArgv(context, Int32(arguments.count), &pointers, lengths) == REDIS_OK
+        }
+    }
+
+    /// `*<count>\r\n` then `$<length>\r\n<bytes>\r\n` per argument, sized exactly up front.
+    static func encode(_ arguments: [[UInt8]]) -> [UInt8] {
+        var size = 3 + decimalLength(arguments.count)
+        for argument in arguments { size += 5 + decimalLength(argument.count) + argument.count }
+        var out: [UInt8] = []
+        out.reserveCapacity(size)
+        out.append(UInt8(ascii: "*"))
+        appendDecimal(arguments.count, to: &out)
+        out.append(contentsOf: [13, 10])
+        for argument in arguments {
+            out.append(UInt8(ascii: "$"))
+            appendDecimal(argument.count, to: &out)
+            out.append(contentsOf: [13, 10])
+            out.append(contentsOf: argument)
+            out.append(contentsOf: [13, 10])
+        }
+        return out
+    }
+
+    private static func decimalLength(_ value: Int) -> Int {
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 { digits += 1; rest /= 10 }
+        return digits
+    }
+
+    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
+        var divisor = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        var rest = value
+        while divisor > 0 {
+            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
         }
     }
 

@@ -28,13 +28,13 @@ import Testing
     }
 }
 
-private func milliseconds(since start: ContinuousClock.Instant) -> Int {
+func milliseconds(since start: ContinuousClock.Instant) -> Int {
     let elapsed = ContinuousClock.now - start
     return Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
 }
 
 /// Runs `body` against a fresh server and client, stopping both afterwards.
-private func withUpstream(
+func withUpstream(
     _ configuration: HTTPClientConfiguration = .init(),
     _ body: (TestHTTPServer, HTTPClient, String) async throws -> Void
 ) async throws {

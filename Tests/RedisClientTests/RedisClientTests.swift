@@ -65,6 +65,23 @@ private func expectError(_ kind: RedisError.Kind, _ body: () async throws(RedisE
         #expect(try await client.send(bytes: [Array("GET".utf8), k]) == .bulk([]))
     }
 
+    /// Every length's decimal header is right: one-digit to six-digit values and argument counts.
+    @Test func valuesOfEveryLengthRoundTrip() async throws {
+        let client = sharedClient()
+        defer { client.close() }
+        for length in [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 65_536, 100_000] {
+            let k = Array(key("len-\(length)").utf8)
+            let value = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            #expect(try await client.send(bytes: [Array("SET".utf8), k, value]) == .status("OK"))
+            #expect(try await client.send(bytes: [Array("GET".utf8), k]) == .bulk(value), "length \(length)")
+        }
+        // Eleven arguments: a two-digit count.
+        let listKey = Array(key("many").utf8)
+        let items = (0..<10).map { Array("item-\($0)".utf8) }
+        #expect(try await client.send(bytes: [Array("RPUSH".utf8), listKey] + items) == .integer(10))
+        #expect(try await client.send(bytes: [Array("LRANGE".utf8), listKey, Array("0".utf8), Array("-1".utf8)]) == .array(items.map { .bulk($0) }))
+    }
+
     @Test func missingKeyIsNull() async throws {
         let client = sharedClient()
         defer { client.close() }

@@ -17,7 +17,8 @@ public struct ServeConfiguration: Sendable {
     public var threads: Int
     /// How long in-flight requests may take to finish on shutdown.
     public var shutdownGraceSeconds: Double
-    /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call).
+    /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call), shared
+    /// out evenly between the event loops, each of which keeps its own.
     public var upstreamConnectionsPerHost: Int = 512
 
     public init(listen: HostPort = HostPort(host: "127.0.0.1", port: 8080), admin: HostPort = HostPort(host: "127.0.0.1", port: 9090),
@@ -113,6 +114,7 @@ public final class Sidecar: Sendable {
             chosenStore = MemoryStore()
         }
 
+        let loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
         let network: any UpstreamTransport
         if let transport {
             network = transport
@@ -120,10 +122,11 @@ public final class Sidecar: Sendable {
         } else {
             do {
                 // Providers speaking HTTP/1.1 need one connection per in-flight call: at 50 ms per call,
-                // 64 connections would cap a host at about 1,300 calls/s.
+                // 64 connections would cap a host at about 1,300 calls/s. Each event loop keeps its own
+                // connections, so the limit is shared out between them.
+                let perLoop = max(1, (configuration.upstreamConnectionsPerHost + loopCount - 1) / loopCount)
                 let client = try HTTPClient(configuration: HTTPClientConfiguration(
-                    maxConnectionsPerHost: configuration.upstreamConnectionsPerHost,
-                    maxTotalConnections: configuration.upstreamConnectionsPerHost * 2))
+                    maxConnectionsPerHost: perLoop, maxTotalConnections: perLoop * 2))
                 httpClient = client
                 network = client
             } catch {
@@ -140,7 +143,7 @@ public final class Sidecar: Sendable {
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
         let handler = ClientAPIHandler(apps: apps, deduper: deduper, identities: identities, rateLimiter: RateLimiter(), metrics: metrics,
                                        logger: logger.with(label: "client-api"))
-        let threads = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
+        let threads = loopCount
         do {
             clientServer = try HTTPServer(
                 // 16 KiB per connection bounds a request head (a session JWT is ~1 KiB) and is what

@@ -4,33 +4,28 @@ internal import CShims
 import Glibc
 #endif
 import PWCore
-import Synchronization
 
-/// The single thread that drives every transfer through one curl multi handle.
+/// One curl multi handle and the transfers it runs: the part of the client that is the same
+/// whether a thread of its own drives it (``ClientThread``) or an event loop of the caller's does
+/// (``LoopMulti``).
 ///
-/// Other threads only ever take `shared`'s lock to hand over new transfers, cancellations or the
-/// shutdown request, and wake the loop through the poller's pipe while holding that lock. Everything
-/// else (the active-transfer table, the easy-handle free list, curl's callbacks) lives on the loop
-/// thread and needs no lock.
+/// The driver adds transfers, hands ready sockets and due timeouts to
+/// `curl_multi_socket_action`, and completes transfers as curl reports them done. Easy handles are
+/// kept for reuse with their options (`configure` sets only what differs).
 ///
-/// The multi handle is driven through curl's socket interface: curl registers each transfer socket
-/// with the `SocketPoller`'s epoll set and names one deadline; the loop calls
-/// `curl_multi_socket_action` only for sockets that are ready and when the deadline passes.
-final class EventLoop: Sendable {
-    private enum Phase { case running, stopping, stopped }
-
-    private struct Shared {
-        var phase: Phase = .running
-        var pending: [Transfer] = []
-        var cancelled: [Transfer] = []
-        /// Present while the loop thread runs; cleared (under the lock) before the multi handle is freed.
-        var multi: MultiHandle?
-        var thread: pthread_t?
-    }
-
-    private let shared: Mutex<Shared>
+/// Confined to the thread that drives it; `deinit` (on that thread) leaves the multi handle,
+/// whose last reference closes the cached connections.
+final class MultiDriver {
+    let multi: MultiHandle
     private let configuration: HTTPClientConfiguration
+    private var active: [UInt: Transfer] = [:]
+    private var spare: [EasyHandle] = []
+    private let spareLimit: Int
+    private let timeoutSocket = pw_curl_socket_timeout()
+    /// Set when a transfer was added since curl last had a timeout call: curl then owes it one.
+    private var needsKick = false
 
+    /// - Throws: `.other` when curl is not initialised or rejects the connection limits.
     init(configuration: HTTPClientConfiguration) throws(HTTPClientError) {
         guard CurlGlobal.initialized else { throw HTTPClientError(kind: .other, detail: "curl_global_init failed") }
         guard let multi = MultiHandle() else { throw HTTPClientError(kind: .other, detail: "curl_multi_init failed") }
@@ -46,170 +41,99 @@ final class EventLoop: Sendable {
         guard rc == CURLM_OK else {
             throw HTTPClientError(kind: .other, detail: String(cString: curl_multi_strerror(rc)))
         }
+        self.multi = multi
         self.configuration = configuration
-        self.shared = Mutex(Shared(multi: multi))
+        self.spareLimit = max(1, configuration.maxTotalConnections)
     }
 
-    /// Starts the loop thread, which keeps `self` alive until it returns.
-    func start() throws(HTTPClientError) {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { context in
-            let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
-            loop.run()
-            return nil
-        }, context)
-        guard rc == 0 else {
-            Unmanaged<EventLoop>.fromOpaque(context).release()
-            shared.withLock { $0.phase = .stopped; $0.multi = nil }
-            throw HTTPClientError(kind: .other, detail: "pthread_create failed")
-        }
-        shared.withLock { $0.thread = thread }
-    }
-
-    /// Hands `transfer` to the loop; false once shutdown has begun.
-    func enqueue(_ transfer: Transfer) -> Bool {
-        shared.withLock { state in
-            guard state.phase == .running else { return false }
-            let wasIdle = state.pending.isEmpty && state.cancelled.isEmpty
-            state.pending.append(transfer)
-            // A non-empty queue means a wakeup is already on its way.
-            if wasIdle { state.multi?.wakeup() }
-            return true
-        }
-    }
-
-    func cancel(_ transfer: Transfer) {
-        transfer.cancelRequested.store(true, ordering: .releasing)
-        shared.withLock { state in
-            guard state.phase == .running else { return }
-            let wasIdle = state.pending.isEmpty && state.cancelled.isEmpty
-            state.cancelled.append(transfer)
-            if wasIdle { state.multi?.wakeup() }
-        }
-    }
-
-    /// Fails every unfinished transfer with `.shutdown` and joins the loop thread. Idempotent; a
-    /// concurrent second caller returns without waiting for the join.
-    func shutdown() {
-        let thread: pthread_t? = shared.withLock { state in
-            guard state.phase == .running else { return nil }
-            state.phase = .stopping
-            state.multi?.wakeup()
-            defer { state.thread = nil }
-            return state.thread
-        }
-        guard let thread else { return }
-        if pthread_equal(thread, pthread_self()) != 0 {
-            pthread_detach(thread)
-        } else {
-            pthread_join(thread, nil)
-        }
-    }
-
-    // MARK: - Loop thread only
-
-    private func run() {
-        // Named so `top -H` and profilers show which thread is the upstream client.
-        pw_set_thread_name("pw-curl")
-        guard let multi = shared.withLock({ $0.multi }) else { return }
-        var active: [UInt: Transfer] = [:]
-        var spare: [EasyHandle] = []
-        let spareLimit = max(1, configuration.maxTotalConnections)
-
-        /// Options stay on the handle; `configure` overwrites what the next transfer needs differently.
-        /// The transfer pointers are cleared so no callback can reach a finished transfer.
-        func recycle(_ easy: EasyHandle) {
-            _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_WRITEDATA, nil)
-            _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_HEADERDATA, nil)
-            if spare.count < spareLimit { spare.append(easy) }
-        }
-
-        func complete(_ transfer: Transfer, _ outcome: Transfer.Outcome) {
-            if let easy = transfer.easy {
-                active.removeValue(forKey: UInt(bitPattern: easy.raw))
-                curl_multi_remove_handle(multi.raw, easy.raw)
-                recycle(easy)
-            }
-            transfer.easy = nil
-            transfer.finish(outcome)
-        }
-
-        let poller = multi.poller
-        let timeoutSocket = pw_curl_socket_timeout()
-        func act(on socket: curl_socket_t, _ flags: Int32) {
-            var running: Int32 = 0
-            _ = curl_multi_socket_action(multi.raw, socket, flags, &running)
-        }
-
-        func drainMessages() {
-            var queued: Int32 = 0
-            while let message = curl_multi_info_read(multi.raw, &queued) {
-                guard pw_curl_msg_is_done(message) != 0, let raw = message.pointee.easy_handle,
-                    let transfer = active[UInt(bitPattern: raw)]
-                else { continue }
-                complete(transfer, outcome(of: transfer, raw: raw, code: pw_curl_msg_result(message)))
-            }
-        }
-
-        func begin(_ transfer: Transfer) {
-            if transfer.cancelRequested.load(ordering: .acquiring) {
-                transfer.finish(.failure(.cancelled))
-                return
-            }
-            guard let easy = spare.popLast() ?? EasyHandle() else {
-                transfer.finish(.failure(HTTPClientError(kind: .other, detail: "curl_easy_init failed")))
-                return
-            }
-            if let error = configure(easy, for: transfer, poller: multi.poller) {
-                recycle(easy)
-                transfer.finish(.failure(error))
-                return
-            }
-            transfer.easy = easy
-            let rc = curl_multi_add_handle(multi.raw, easy.raw)
-            guard rc == CURLM_OK else {
-                transfer.easy = nil
-                recycle(easy)
-                transfer.finish(.failure(HTTPClientError(kind: .other, detail: String(cString: curl_multi_strerror(rc)))))
-                return
-            }
-            active[UInt(bitPattern: easy.raw)] = transfer
-        }
-
-        while true {
-            let (pending, cancelled, stopping) = shared.withLock { state in
-                let taken = (state.pending, state.cancelled, state.phase != .running)
-                state.pending = []
-                state.cancelled = []
-                return taken
-            }
-            if stopping {
-                for transfer in pending { transfer.finish(.failure(.shutdown)) }
-                for transfer in Array(active.values) { complete(transfer, .failure(.shutdown)) }
-                break
-            }
-            for transfer in pending { begin(transfer) }
-            for transfer in cancelled {
-                guard let easy = transfer.easy, active[UInt(bitPattern: easy.raw)] === transfer else { continue }
-                complete(transfer, .failure(.cancelled))
-            }
-
-            // New handles get a timeout call right away (curl's timer callback asks for one on add too).
-            if poller.takeDueTimeout() || !pending.isEmpty { act(on: timeoutSocket, 0) }
-            drainMessages()
-            // Sleeps until a socket is ready, curl's deadline, or a wakeup from another thread.
-            poller.wait(capMillis: 1000) { socket, flags in act(on: socket, flags) }
-            if poller.takeDueTimeout() { act(on: timeoutSocket, 0) }
-            drainMessages()
-        }
-
+    deinit {
+        failAll(.shutdown)
         spare.removeAll()
-        shared.withLock { state in
-            state.multi = nil
-            state.phase = .stopped
+    }
+
+    var isIdle: Bool { active.isEmpty }
+
+    /// Adds `transfer` to the multi handle, or finishes it at once when it was cancelled or cannot
+    /// start.
+    func begin(_ transfer: Transfer) {
+        if transfer.cancelRequested.load(ordering: .acquiring) {
+            transfer.finish(.failure(.cancelled))
+            return
         }
-        // `multi` is the last reference: curl_multi_cleanup closes the cached connections here.
+        guard let easy = spare.popLast() ?? EasyHandle() else {
+            transfer.finish(.failure(HTTPClientError(kind: .other, detail: "curl_easy_init failed")))
+            return
+        }
+        if let error = configure(easy, for: transfer) {
+            recycle(easy)
+            transfer.finish(.failure(error))
+            return
+        }
+        transfer.easy = easy
+        let rc = curl_multi_add_handle(multi.raw, easy.raw)
+        guard rc == CURLM_OK else {
+            transfer.easy = nil
+            recycle(easy)
+            transfer.finish(.failure(HTTPClientError(kind: .other, detail: String(cString: curl_multi_strerror(rc)))))
+            return
+        }
+        active[UInt(bitPattern: easy.raw)] = transfer
+        needsKick = true
+    }
+
+    /// Ends `transfer` with `.cancelled` if it is still running here.
+    func cancel(_ transfer: Transfer) {
+        guard let easy = transfer.easy, active[UInt(bitPattern: easy.raw)] === transfer else { return }
+        complete(transfer, .failure(.cancelled))
+    }
+
+    /// Ends every running transfer with `error`.
+    func failAll(_ error: HTTPClientError) {
+        for transfer in Array(active.values) { complete(transfer, .failure(error)) }
+    }
+
+    /// Hands one ready socket to curl (`CURL_CSELECT_*` flags).
+    func socketReady(_ socket: Int32, _ flags: Int32) {
+        var running: Int32 = 0
+        _ = curl_multi_socket_action(multi.raw, socket, flags, &running)
+    }
+
+    /// Gives curl the timeout call it owes it (new transfers, or its deadline passed), then
+    /// completes the transfers curl reports done.
+    func settle() {
+        if multi.poller.takeDueTimeout() || needsKick {
+            needsKick = false
+            socketReady(timeoutSocket, 0)
+        }
+        drainMessages()
+    }
+
+    private func drainMessages() {
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(multi.raw, &queued) {
+            guard pw_curl_msg_is_done(message) != 0, let raw = message.pointee.easy_handle,
+                let transfer = active[UInt(bitPattern: raw)]
+            else { continue }
+            complete(transfer, outcome(of: transfer, raw: raw, code: pw_curl_msg_result(message)))
+        }
+    }
+
+    private func complete(_ transfer: Transfer, _ outcome: Transfer.Outcome) {
+        if let easy = transfer.easy {
+            active.removeValue(forKey: UInt(bitPattern: easy.raw))
+            curl_multi_remove_handle(multi.raw, easy.raw)
+            recycle(easy)
+        }
+        transfer.easy = nil
+        transfer.finish(outcome)
+    }
+
+    /// Options stay on the handle; `configure` overwrites what the next transfer needs differently.
+    /// The transfer pointers are cleared so no callback can reach a finished transfer.
+    private func recycle(_ easy: EasyHandle) {
+        _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_WRITEDATA, nil)
+        _ = pw_curl_easy_setopt_ptr(easy.raw, CURLOPT_HEADERDATA, nil)
+        if spare.count < spareLimit { spare.append(easy) }
     }
 
     private func outcome(of transfer: Transfer, raw: UnsafeMutableRawPointer, code: CURLcode) -> Transfer.Outcome {
@@ -224,7 +148,8 @@ final class EventLoop: Sendable {
     }
 
     /// Options that never differ between transfers, set once per easy handle.
-    private func configureBase(_ h: UnsafeMutableRawPointer, poller: SocketPoller, check: (CURLcode) -> Void) {
+    private func configureBase(_ h: UnsafeMutableRawPointer, check: (CURLcode) -> Void) {
+        let poller = multi.poller
         func long(_ option: CURLoption, _ value: Int) { check(pw_curl_easy_setopt_long(h, option, value)) }
         func string(_ option: CURLoption, _ value: String) { check(pw_curl_easy_setopt_str(h, option, value)) }
         string(CURLOPT_PROTOCOLS_STR, "http,https")
@@ -253,7 +178,7 @@ final class EventLoop: Sendable {
     /// Applies every per-request option, skipping those whose value the reused handle already
     /// holds. Returns an error instead of starting a half-configured transfer (the handle's options
     /// are then forgotten, so it cannot carry a half-applied request into the next one).
-    private func configure(_ easy: EasyHandle, for transfer: Transfer, poller: SocketPoller) -> HTTPClientError? {
+    private func configure(_ easy: EasyHandle, for transfer: Transfer) -> HTTPClientError? {
         let h = easy.raw
         let request = transfer.request
         var rc = CURLE_OK
@@ -263,7 +188,7 @@ final class EventLoop: Sendable {
         func clear(_ option: CURLoption) { check(pw_curl_easy_setopt_ptr(h, option, nil)) }
 
         if !easy.baseConfigured {
-            configureBase(h, poller: poller, check: check)
+            configureBase(h, check: check)
             easy.baseConfigured = true
         }
         var applied = easy.applied

@@ -1,0 +1,103 @@
+import Foundation
+import HTTPClient
+import Loops
+import Testing
+
+/// Calls made by tasks that run on an event loop: they go out on the loop's own multi handle.
+@Suite struct LoopClientTests {
+    private func startedLoop() throws -> EventLoop {
+        let loop = try EventLoop(name: "test-client")
+        try loop.start()
+        return loop
+    }
+
+    @Test func callsFromALoopUseTheLoopsOwnConnectionsAndResumeOnIt() async throws {
+        try await withUpstream { server, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            // One call off every loop leaves an idle connection in the client thread's pool.
+            #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
+            #expect(server.acceptedConnections == 1)
+            let observed = try await Task(executorPreference: loop) { () throws -> [Bool] in
+                var seen: [Bool] = []
+                for _ in 0..<3 {
+                    let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"))
+                    seen.append(response.status == 201 && response.body == Array("hello".utf8) && EventLoop.current === loop)
+                }
+                return seen
+            }.value
+            #expect(observed == [true, true, true])
+            // Not the thread's idle connection: one of the loop's own, kept alive between its calls.
+            #expect(server.acceptedConnections == 2)
+        }
+    }
+
+    @Test func manyConcurrentLoopCallsCompleteWithinThePerHostLimit() async throws {
+        try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 8, maxTotalConnections: 16)) { server, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            let statuses = try await Task(executorPreference: loop) { () throws -> [Int] in
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for i in 0..<100 {
+                        group.addTask {
+                            try await client.execute(HTTPClientRequest(method: "POST", url: base + "/slow?i=\(i)", body: [1])).status
+                        }
+                    }
+                    return try await group.reduce(into: [Int]()) { $0.append($1) }
+                }
+            }.value
+            #expect(statuses.count == 100 && statuses.allSatisfy { $0 == 200 })
+            #expect(server.requests.count == 100)
+            #expect(server.acceptedConnections <= 8, "\(server.acceptedConnections) connections")
+        }
+    }
+
+    @Test func aLoopCallTimesOutOnTime() async throws {
+        try await withUpstream { _, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            let start = ContinuousClock.now
+            await Task(executorPreference: loop) {
+                await expectFailure(.timeout) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 300))
+                }
+            }.value
+            let elapsed = milliseconds(since: start)
+            #expect(elapsed >= 280 && elapsed < 1500, "took \(elapsed) ms")
+        }
+    }
+
+    @Test func cancellingALoopTaskEndsItsCall() async throws {
+        try await withUpstream { server, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            let start = ContinuousClock.now
+            let task = Task(executorPreference: loop) {
+                await expectFailure(.other) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
+                }
+            }
+            while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            task.cancel()
+            await task.value
+            #expect(milliseconds(since: start) < 5000)
+            let status = try await Task(executorPreference: loop) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status
+            }.value
+            #expect(status == 201, "the loop's client still works")
+        }
+    }
+
+    @Test func afterShutdownLoopCallsFail() async throws {
+        try await withUpstream { _, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            client.shutdown()
+            await Task(executorPreference: loop) {
+                await expectFailure(.shutdown) {
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"))
+                }
+            }.value
+        }
+    }
+}
