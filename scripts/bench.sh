@@ -45,9 +45,11 @@ redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); ngin
 pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
-pids+=($!)
+redis_pid=$!
+pids+=($redis_pid)
 "$bin/mock-upstream" --port "$mock_port" --latency-ms "$LATENCY_MS" --key bench-key >"$work/mock.log" 2>&1 &
-pids+=($!)
+mock_pid=$!
+pids+=($mock_pid)
 
 mkdir -p "$work/nginx/logs"
 cat >"$work/nginx/nginx.conf" <<CONF
@@ -72,7 +74,8 @@ http {
 }
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
-pids+=($!)
+nginx_pid=$!
+pids+=($nginx_pid)
 
 secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
@@ -116,7 +119,8 @@ pids+=($pw_pid)
 # Sources/BenchTool/Floor.swift), for the "(info)" rows that show what any path built on them reaches.
 "$bin/bench-tool" floor --port "$floor_port" --redis "redis://127.0.0.1:$redis_port" \
   --upstream "http://127.0.0.1:$mock_port/api/v1/acme/abc123/default/installations" >"$work/floor.log" 2>&1 &
-pids+=($!)
+floor_pid=$!
+pids+=($floor_pid)
 for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
 
 # run NAME URL CONNECTIONS DURATION [ENV=VALUE...]; LUA names the wrk script (none: plain GET)
@@ -130,7 +134,18 @@ run() {
     perf record -q -e cpu-clock -g -p "$pw_pid" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
     perf_pid=$!
   fi
-  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 || true
+  env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 &
+  local wrk_pid=$! seconds=${duration%s} window
+  # CPU per process over the run minus its first and last second: who used the two cores.
+  window=$(( seconds > 3 ? seconds - 2 : 1 ))
+  sleep 1; local before; before=$(cpu_ticks "$wrk_pid")
+  sleep "$window"; local after; after=$(cpu_ticks "$wrk_pid")
+  wait "$wrk_pid" || true
+  fact "cpu_$name" "$(python3 -c 'import sys
+a = dict(x.split("=") for x in sys.argv[1].split())
+b = dict(x.split("=") for x in sys.argv[2].split())
+w = float(sys.argv[3])
+print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in a and int(b[k]) - int(a[k]) > w))' "$before" "$after" "$window")"
   local rps p50 p99 non2xx errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$out")
   p50=$(awk '$1=="50%" {print $2}' "$out")
@@ -141,6 +156,18 @@ run() {
   [[ -n $calls_before ]] && fact "${name}_upstream_calls" "$(( $(upstream_calls) - calls_before ))"
   echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
   echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
+}
+# utime+stime ticks of each process taking part, as "name=ticks ..." (nginx: its workers).
+cpu_ticks() {
+  local out="" name pid
+  ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+  for name in pushwarden:$pw_pid redis:$redis_pid mock:$mock_pid floor:$floor_pid wrk:$1; do
+    out+="${name%%:*}=$(ticks "${name#*:}") "
+  done
+  local workers=0
+  for pid in $(pgrep -P "$nginx_pid"); do workers=$(( workers + $(ticks "$pid") )); done
+  # The machine as a whole: idle, and stolen by the hypervisor (a noisy neighbour shows here).
+  echo "${out}nginx=$workers $(awk '/^cpu / {print "idle=" $5 + $6, "steal=" $9}' /proc/stat)"
 }
 # Upstream calls so far: a hit scenario that makes any measured misses, not hits.
 upstream_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
@@ -157,6 +184,7 @@ for run_number in $(seq 1 "$RUNS"); do
 results="$work/results-$run_number.txt"
 echo "run $run_number of $RUNS" >&2
 fact hit_conns "$HIT_CONNECTIONS"
+fact nproc "$(nproc)"
 fact fwd_conns "$FORWARD_CONNECTIONS"
 if want hit; then
   LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS" "$DURATION"

@@ -78,6 +78,11 @@ if end:
     print(f"P3 memory: {facts.get('soak_seconds')}s at P1 load: RSS {start:.1f} -> {end:.1f} MiB "
           f"(samples {facts.get('rss_soak_samples_kib', '')} KiB): {'PASS' if flat else 'FAIL'} (flat: growth <= max(2 MiB, 5%))")
 print(f"pushwarden error log lines: {facts.get('error_lines', '?')}")
+cpu = [(k[len("cpu_"):], v) for k, v in facts.items() if k.startswith("cpu_") and not k.startswith("cpu_warmup")]
+if cpu:
+    print("CPU during each scenario, in cores of the machine's " + facts.get("nproc", "?") + " (processes using under 1%/s left out):")
+    for name, value in cpu:
+        print(f"  {name:16} {value}")
 calls = {k[: -len("_upstream_calls")]: v for k, v in facts.items() if k.endswith("_upstream_calls")}
 if calls:
     print("upstream calls during hit scenarios (0: every request was a dedupe hit): "
