@@ -16,7 +16,7 @@ enum CurlGlobal {
 /// `applied` remembers the per-transfer values last set, so the next transfer sets only what
 /// differs (curl keeps every option until it is changed).
 ///
-/// Not thread-safe: only the event-loop thread touches it. The handle must be removed from its
+/// Not thread-safe: only the thread driving its multi handle touches it. The handle must be removed from its
 /// multi handle before the last reference goes away.
 final class EasyHandle {
     /// The per-transfer option values currently set on the handle.
@@ -59,8 +59,8 @@ final class EasyHandle {
 /// sessions every transfer shares. Also owns the `SocketPoller` curl's socket and timer callbacks
 /// act on, so the poller outlives `curl_multi_cleanup` (whose callbacks still reach it).
 ///
-/// Only `wakeup()` may be called from a thread other than the event loop's (it only writes to the
-/// poller's wake pipe); callers do so while holding the loop's state lock, which is also where the
+/// Only `wakeup()` may be called from a thread other than the one driving it (it only writes to the
+/// poller's wake pipe); callers do so while holding the ``ClientThread``'s state lock, which is also where the
 /// loop drops its last reference.
 final class MultiHandle: @unchecked Sendable {
     let raw: UnsafeMutableRawPointer

@@ -4,16 +4,17 @@ internal import CShims
 import Glibc
 #endif
 
-/// Sole owner of the event loop's epoll instance and its wake pipe: the "event library" side of
+/// Sole owner of one multi handle's epoll instance and its wake pipe: the "event library" side of
 /// libcurl's socket interface (https://curl.se/libcurl/c/curl_multi_socket_action.html).
 ///
 /// curl tells it which sockets to watch for what (`watch`, from CURLMOPT_SOCKETFUNCTION) and when
-/// it next wants a timeout call (`setTimer`, from CURLMOPT_TIMERFUNCTION); the loop sleeps in
-/// `wait` and hands ready sockets back to curl. A wait costs O(ready sockets), not O(connections)
-/// as `curl_multi_poll` did.
+/// it next wants a timeout call (`setTimer`, from CURLMOPT_TIMERFUNCTION); the client's thread sleeps in
+/// `wait` and hands ready sockets back to curl (an event loop instead nests this epoll set in its
+/// own and calls `wait` without sleeping once it is readable). A wait costs O(ready sockets), not
+/// O(connections) as `curl_multi_poll` did.
 ///
 /// Thread-safety: `wake()` may be called from any thread; it only writes to the pipe, whose
-/// descriptors stay open for the object's whole life. Everything else runs on the loop thread
+/// descriptors stay open for the object's whole life. Everything else runs on the driving thread
 /// (directly, or inside a curl call that fires the callbacks). Hence `@unchecked Sendable`.
 /// The multi handle keeps the poller alive until after `curl_multi_cleanup`, whose socket
 /// callbacks still reach it.
@@ -212,7 +213,7 @@ let curlTimerCallback: pw_curl_timer_cb = { _, milliseconds, userp in
     return 0
 }
 
-/// CURLOPT_OPENSOCKETFUNCTION. `clientp` is the loop's poller, unretained (the multi handle owns
+/// CURLOPT_OPENSOCKETFUNCTION. `clientp` is the multi handle's poller, unretained (the multi handle owns
 /// it and outlives every easy handle and connection).
 let curlOpenSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?)
     -> curl_socket_t = { clientp, _, address in

@@ -5,8 +5,9 @@ import Synchronization
 
 /// One in-flight call: the request, the caller's continuation and the response being collected.
 ///
-/// Thread-safety: the creating task sets `continuation` and hands the object to the loop through
-/// the loop's lock; from then on every mutable field is touched only by the event-loop thread
+/// Thread-safety: the creating task sets `continuation` and hands the object to the thread that
+/// drives its multi handle (the client's thread, through its lock, or the task's own event loop,
+/// directly); from then on every mutable field is touched only by that thread
 /// (curl's callbacks run inside `curl_multi_socket_action` on that thread). `cancelRequested` is the one
 /// field other threads write. Hence `@unchecked Sendable`.
 final class Transfer: @unchecked Sendable {
@@ -14,7 +15,7 @@ final class Transfer: @unchecked Sendable {
 
     let request: HTTPClientRequest
     let maxResponseBytes: Int
-    /// Set by the task's cancellation handler; read by the loop when it adds the transfer.
+    /// Set by the task's cancellation handler; read by the driver when it adds the transfer.
     let cancelRequested = Atomic<Bool>(false)
 
     var continuation: CheckedContinuation<Outcome, Never>?
@@ -38,7 +39,7 @@ final class Transfer: @unchecked Sendable {
         continuation.resume(returning: outcome)
     }
 
-    /// The opaque pointer curl hands back to the callbacks. Unretained: the event loop's table of
+    /// The opaque pointer curl hands back to the callbacks. Unretained: the driver's table of
     /// active transfers owns the object until the easy handle has left the multi handle, after
     /// which curl never calls back with it.
     var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
