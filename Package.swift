@@ -56,7 +56,7 @@ let package = Package(
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
             "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
-            "RedisClient",
+            "RedisClient", "Loops",
         ]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import Foundation
+import Loops
 import PushWarden
 import PushWardenTestSupport
 import RedisClient
@@ -31,6 +32,28 @@ import Testing
         #expect(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "b", ttlMillis: 5000) == .current)
         // Another fingerprint (a contact change) takes the now free lock.
         #expect(try await store.checkAndLock(entry: entry, fingerprint: "f2", lock: lock, owner: "b", ttlMillis: 5000) == .acquired)
+    }
+
+    /// The same sequence from a task on an event loop, where Redis commands go over the loop's
+    /// own connection and the lock and the lookup share one round trip.
+    @Test func checkAndLockFromALoop() async throws {
+        let loop = try EventLoop(name: "test-store")
+        try loop.start()
+        defer { loop.stop() }
+        let store = try Self.store(.redis)
+        let (entry, lock) = Self.keys()
+        let outcomes = try await Task(executorPreference: loop) { () throws -> [LockAttempt] in
+            var seen: [LockAttempt] = []
+            seen.append(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "a", ttlMillis: 5000))
+            seen.append(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "b", ttlMillis: 5000))
+            try await store.commitAndUnlock(entry: entry, fingerprint: "f1", ttlSeconds: 60, lock: lock, owner: "a")
+            seen.append(try await store.checkAndLock(entry: entry, fingerprint: "f1", lock: lock, owner: "b", ttlMillis: 5000))
+            // `.current` gave back the lock it took on the way: another fingerprint gets it.
+            seen.append(try await store.checkAndLock(entry: entry, fingerprint: "f2", lock: lock, owner: "c", ttlMillis: 5000))
+            return seen
+        }.value
+        #expect(outcomes == [.acquired, .busy, .current, .acquired])
+        #expect(try await store.get(lock) != nil, "c holds the lock")
     }
 
     /// Scripts run by their SHA-1; a Redis that forgot them (restart, SCRIPT FLUSH) gets the

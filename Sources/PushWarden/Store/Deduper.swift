@@ -1,5 +1,6 @@
 import PWCore
 import PWCrypto
+import Synchronization
 
 /// Where dedupe state lives for one (app, upstream, token): a hash, never the raw token.
 public struct DedupeKeys: Sendable, Equatable {
@@ -68,7 +69,7 @@ public struct Deduper: Sendable {
             return try await forwardDegraded(error, app: app, forward: forward)
         }
         let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
-        let owner = Base64URL.encode(SecureRandom.bytes(12))
+        let owner = LockOwner.next()
         while true {
             // One round trip: still a miss? then take the in-flight lock.
             let attempt: LockAttempt
@@ -127,6 +128,17 @@ public struct Deduper: Sendable {
     private func degrade(_ error: StoreError, app: String) {
         metrics.dedupeDegraded(app: app)
         logger.warning("dedupe store unavailable; forwarding without dedupe", [("app", app), ("store", store.kind), ("error", error.detail)])
+    }
+}
+
+/// Names the holder of an in-flight lock: unique among every process sharing the store (a random
+/// per-process prefix) and within this one (a counter), without a random draw per lock.
+enum LockOwner {
+    private static let prefix = Base64URL.encode(SecureRandom.bytes(12))
+    private static let counter = Atomic<UInt64>(0)
+
+    static func next() -> String {
+        prefix + "." + String(counter.wrappingAdd(1, ordering: .relaxed).oldValue)
     }
 }
 

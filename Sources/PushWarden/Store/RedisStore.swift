@@ -54,13 +54,6 @@ public final class RedisStore: DedupeStore {
         _ = try await evaluate(Self.releaseScript, keys: [key], arguments: [owner])
     }
 
-    /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] owner, ARGV[3] lock ttl (ms).
-    private static let checkAndLockScript = LuaScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then return 'current' end
-        if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 'acquired' end
-        return 'busy'
-        """)
-
     /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] ttl (s), ARGV[3] owner.
     private static let commitAndUnlockScript = LuaScript("""
         redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
@@ -68,15 +61,24 @@ public final class RedisStore: DedupeStore {
         return 1
         """)
 
+    /// `SET lock owner NX PX ttl` and `GET entry`, sent together (one round trip, no script: two
+    /// plain commands cost Redis a fraction of a Lua call). The `GET` runs after the `SET`, so it
+    /// sees every commit made before the lock was taken, as the lock holder's commit-and-unlock
+    /// sets the entry before it frees the lock. A lock taken for an entry that turns out current is
+    /// given back at once.
     public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
                              ttlMillis: Int) async throws(StoreError) -> LockAttempt {
-        let reply = try await evaluate(Self.checkAndLockScript, keys: [entry, lock],
-                                       arguments: [fingerprint, owner, String(max(ttlMillis, 1))])
-        switch reply.string {
-        case "current": return .current
-        case "acquired": return .acquired
-        case "busy": return .busy
-        default: throw StoreError("unexpected check-and-lock reply")
+        let (set, get) = try await sendPair(["SET", lock, owner, "NX", "PX", String(max(ttlMillis, 1))], ["GET", entry])
+        let current = try Self.value(ofGET: get) == fingerprint
+        switch set {
+        case .status("OK"):
+            guard current else { return .acquired }
+            try await release(lock, owner: owner)
+            return .current
+        case .null:
+            return current ? .current : .busy
+        default:
+            throw StoreError("unexpected SET NX reply")
         }
     }
 
@@ -115,6 +117,27 @@ public final class RedisStore: DedupeStore {
                 result = .failure(error)
             }
         }
+        return try Self.reply(result)
+    }
+
+    /// Two commands in one round trip on a loop's connection (both leave in the turn's write);
+    /// one after the other through the pool off the loops.
+    private func sendPair(_ first: [String], _ second: [String]) async throws(StoreError) -> (RedisReply, RedisReply) {
+        guard let loop = EventLoop.current else {
+            return (try await send(first), try await send(second))
+        }
+        let (a, b) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>) in
+            var firstResult: Result<RedisReply, RedisError>?
+            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { firstResult = $0 }
+            // Completions come in order, on this loop: the first is in by the time the second is.
+            client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
+                continuation.resume(returning: (firstResult ?? .failure(RedisError(kind: .protocolError, detail: "replies out of order")), result))
+            }
+        }
+        return (try Self.reply(a), try Self.reply(b))
+    }
+
+    private static func reply(_ result: Result<RedisReply, RedisError>) throws(StoreError) -> RedisReply {
         let reply: RedisReply
         switch result {
         case .success(let value): reply = value
