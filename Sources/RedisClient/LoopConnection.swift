@@ -13,10 +13,13 @@ import Synchronization
 /// find the old client's connection. Thread-safety: immutable but for an atomic flag.
 final class LoopClientState: Sendable {
     let configuration: RedisConfiguration
+    /// Where the loops connect, resolved off the loops.
+    let resolver: HostResolver
     private let closed = Atomic<Bool>(false)
 
-    init(configuration: RedisConfiguration) {
+    init(configuration: RedisConfiguration, lookUp: @escaping HostResolver.LookUp = HostResolver.resolve) {
         self.configuration = configuration
+        resolver = HostResolver(host: configuration.host, lookUp: lookUp)
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
@@ -180,7 +183,14 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
 
     private func open() {
         let now = EventLoop.now()
-        switch NonBlockingHiredisContext.connect(host: state.configuration.host, port: state.configuration.port) {
+        guard let address = state.resolver.address else {
+            // Not yet resolved: fail this turn's commands, with no backoff, so the first ones
+            // after the answer arrives connect.
+            state.resolver.refresh()
+            deferredFailure = RedisError(kind: .unavailable, detail: state.resolver.whyUnresolved)
+            return
+        }
+        switch NonBlockingHiredisContext.connect(host: address, port: state.configuration.port) {
         case .failure(let error):
             backOff(after: error, now: now)
             deferredFailure = error
@@ -334,5 +344,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     private func backOff(after error: RedisError, now: UInt64) {
         downUntil = now + backoff
         lastFailure = error.detail
+        // The host may have moved (a failover, a rescheduled container): look it up again.
+        state.resolver.refresh()
     }
 }

@@ -7,8 +7,8 @@ import Glibc
 /// (hiredis 0.14: `redisConnectNonBlock`, `redisBufferWrite`, `redisBufferRead`,
 /// `redisGetReplyFromReader`; https://github.com/redis/hiredis/blob/v0.14.1/README.md).
 ///
-/// Nothing here blocks except the name lookup inside `connect` (`getaddrinfo`; instant for an IP
-/// address). The context is freed by `redisFree` in `deinit`, which closes ``fd``: stop watching
+/// Nothing here blocks: `connect` is only ever given a numeric address (``HostResolver`` finds it
+/// off the loop), for which hiredis's `getaddrinfo` returns at once. The context is freed by `redisFree` in `deinit`, which closes ``fd``: stop watching
 /// it first. Every reply is copied and freed before it is returned. Not thread-safe: confined to
 /// the loop thread of the ``LoopConnection`` that owns it.
 final class NonBlockingHiredisContext {

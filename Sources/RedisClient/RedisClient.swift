@@ -11,7 +11,8 @@ import Synchronization
 /// timed out, fails its commands with `.unavailable` at once for `reconnectBackoffMillis`;
 /// commands then go to another connection if one is up. A broken connection (EOF, reset) fails
 /// its in-flight commands and reconnects on the next command. Host names are resolved on the
-/// I/O thread by `getaddrinfo`, which the connect timeout does not bound: prefer IP addresses.
+/// pool's I/O threads by `getaddrinfo`, which the connect timeout does not bound. Loop connections
+/// never resolve on their loop: see ``HostResolver``.
 ///
 /// Thread-safety: all methods may be called concurrently from any thread or task. Task
 /// cancellation does not abandon a command already queued; it completes within the timeouts.
@@ -22,8 +23,14 @@ public final class RedisClient: Sendable {
     let loopState: LoopClientState
 
     /// Starts the I/O threads; does not block and does not connect.
-    public init(configuration: RedisConfiguration) {
-        loopState = LoopClientState(configuration: configuration)
+    public convenience init(configuration: RedisConfiguration) {
+        self.init(configuration: configuration, lookUp: HostResolver.resolve)
+    }
+
+    /// - Parameter lookUp: how loop connections' host name is looked up (off the loops); tests
+    ///   pass a slow one.
+    init(configuration: RedisConfiguration, lookUp: @escaping HostResolver.LookUp) {
+        loopState = LoopClientState(configuration: configuration, lookUp: lookUp)
         let count = max(1, configuration.connections)
         connections = (0..<count).map { _ in PipelinedConnection(configuration: configuration) }
         for connection in connections { connection.start() }

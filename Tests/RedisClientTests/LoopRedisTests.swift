@@ -1,7 +1,7 @@
 import Foundation
 import Loops
 import PushWardenTestSupport
-import RedisClient
+@testable import RedisClient
 import Synchronization
 import Testing
 
@@ -191,6 +191,72 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         let backingOff = try #require(await roundTrip(["GET", "k"], with: wrong, on: loop))
         #expect(backingOff.errorKind == .unavailable)
         #expect(backingOff.synchronous, "refused at once during the backoff")
+    }
+
+    /// A host name is looked up off the loop; once found, the loop connects to it.
+    @Test func aHostNameIsResolvedOffTheLoop() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisServer.shared.configuration()
+        configuration.host = "localhost"
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let deadline = ContinuousClock.now + .seconds(5)
+        var outcome = await roundTrip(["PING"], with: client, on: loop)
+        while outcome?.reply != .status("PONG"), ContinuousClock.now < deadline {
+            // Only "not yet resolved" may come before the answer.
+            #expect(outcome?.errorKind == .unavailable && outcome?.errorDetail.contains("localhost") == true, "\(outcome?.errorDetail ?? "none")")
+            try await Task.sleep(for: .milliseconds(20))
+            outcome = await roundTrip(["PING"], with: client, on: loop)
+        }
+        #expect(outcome?.reply == .status("PONG"))
+        #expect(outcome?.onLoop == true)
+    }
+
+    /// A name lookup that takes seconds (a DNS server that does not answer) happens off the loop:
+    /// meanwhile commands fail at once and the loop stays free; then the loop connects to the
+    /// address the lookup gave.
+    @Test func aSlowNameLookupNeverBlocksTheLoop() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisServer.shared.configuration()
+        configuration.host = "redis.slow.test"
+        let client = RedisClient(configuration: configuration, lookUp: HostResolver.slow(2, giving: "127.0.0.1"))
+        defer { client.close() }
+        let started = ContinuousClock.now
+        let early = await roundTrip(["PING"], with: client, on: loop, within: .seconds(1))
+        #expect(ContinuousClock.now - started < .milliseconds(500))
+        #expect(early?.errorKind == .unavailable)
+        #expect(early?.errorDetail.contains("resolving redis.slow.test") == true, "\(early?.errorDetail ?? "none")")
+        var outcome = early
+        let deadline = ContinuousClock.now + .seconds(6)
+        while outcome?.reply != .status("PONG"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            outcome = await roundTrip(["PING"], with: client, on: loop)
+        }
+        #expect(outcome?.reply == .status("PONG"))
+        #expect(ContinuousClock.now - started >= .seconds(2), "connected only once the lookup answered")
+    }
+
+    /// A name that does not resolve costs the loop nothing:
+    /// commands fail at once as unavailable, and the loop keeps running other work.
+    @Test func anUnresolvableHostNeverBlocksTheLoop() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisConfiguration(host: "pushwarden-no-such-host.invalid", port: 6379))
+        defer { client.close() }
+        let inbox = Inbox<Outcome>()
+        let started = ContinuousClock.now
+        loop.execute {
+            for index in 0..<50 { send(["GET", "k"], with: client, on: loop, index: index, into: inbox) }
+        }
+        let outcomes = await inbox.wait(for: 50, within: .seconds(3))
+        #expect(ContinuousClock.now - started < .seconds(1))
+        #expect(outcomes.count == 50)
+        #expect(outcomes.allSatisfy { $0.errorKind == .unavailable && $0.onLoop && $0.errorDetail.contains("pushwarden-no-such-host.invalid") })
+        let ran = Inbox<Bool>()
+        loop.execute { ran.append(true) }
+        #expect(await ran.wait(for: 1, within: .milliseconds(500)).count == 1, "the loop is free")
     }
 
     @Test func unreachableRedisFailsFast() async throws {

@@ -1,0 +1,128 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+
+/// The numeric address loop connections connect to, found without blocking a loop.
+///
+/// `getaddrinfo` can block for the resolver's whole timeout when DNS is slow or gone, and a blocked
+/// loop stalls every request on it. So an IP literal is used as it is, and a host name (a
+/// container or Kubernetes service name, say) is resolved on a short-lived thread of its own:
+/// - once when the client is made;
+/// - again after any failed connect or timeout, because the address may have moved.
+///
+/// Until the first answer arrives, loop connections fail their commands as unavailable, and the
+/// request path degrades as for an absent Redis.
+///
+/// Thread-safety: the state sits behind a `Mutex`; the resolving thread holds a reference to the
+/// resolver until it is done.
+final class HostResolver: Sendable {
+    private struct State {
+        var address: String?
+        var resolving = false
+        /// Why the last resolution failed, for error messages; nil after a success.
+        var failure: String?
+    }
+
+    typealias LookUp = @Sendable (String) -> Result<String, Failure>
+
+    let host: String
+    private let isLiteral: Bool
+    private let state: Mutex<State>
+    private let lookUp: LookUp
+
+    /// - Parameter lookUp: the blocking lookup (`getaddrinfo`); tests pass a slow one.
+    init(host: String, lookUp: @escaping LookUp = HostResolver.resolve) {
+        self.host = host
+        self.lookUp = lookUp
+        isLiteral = Self.isIPLiteral(host)
+        state = Mutex(State(address: isLiteral ? host : nil))
+        refresh()
+    }
+
+    /// What to connect to: the last address found. Nil until a resolution succeeded.
+    var address: String? { state.withLock { $0.address } }
+
+    /// Why there is no address yet, for an error message.
+    var whyUnresolved: String {
+        state.withLock { s in s.failure.map { "cannot resolve \(host): \($0)" } ?? "resolving \(host)" }
+    }
+
+    /// Starts a resolution in the background. It does nothing for an IP literal, or while another
+    /// resolution is still running.
+    func refresh() {
+        guard !isLiteral else { return }
+        let start = state.withLock { s -> Bool in
+            guard !s.resolving else { return false }
+            s.resolving = true
+            return true
+        }
+        guard start else { return }
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        defer { pthread_attr_destroy(&attributes) }
+        var thread = pthread_t()
+        let status = pthread_create(&thread, &attributes, { raw in
+            let resolver = Unmanaged<HostResolver>.fromOpaque(raw!).takeRetainedValue()
+            resolver.resolveNow()
+            return nil
+        }, context)
+        if status != 0 {
+            Unmanaged<HostResolver>.fromOpaque(context).release()
+            state.withLock { $0.resolving = false; $0.failure = "cannot start a resolver thread (\(status))" }
+        }
+    }
+
+    /// Blocking: runs on the resolver's own thread.
+    private func resolveNow() {
+        let outcome = lookUp(host)
+        state.withLock { s in
+            s.resolving = false
+            switch outcome {
+            case .success(let address):
+                s.address = address
+                s.failure = nil
+            case .failure(let reason):
+                // Keep a previous address: it may still work, and it is all there is.
+                s.failure = reason.message
+            }
+        }
+    }
+
+    struct Failure: Error { let message: String }
+
+    /// `resolve` for tests: a name lookup that takes `seconds` before giving `address`.
+    static func slow(_ seconds: UInt32, giving address: String) -> LookUp {
+        { _ in
+            sleep(seconds)
+            return .success(address)
+        }
+    }
+
+    /// The first stream address `getaddrinfo` gives for `host`, in numeric form.
+    static func resolve(_ host: String) -> Result<String, Failure> {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(host, nil, &hints, &list)
+        guard status == 0, let first = list else {
+            return .failure(Failure(message: String(cString: gai_strerror(status))))
+        }
+        defer { freeaddrinfo(list) }
+        var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        let named = getnameinfo(first.pointee.ai_addr, first.pointee.ai_addrlen, &buffer, socklen_t(buffer.count),
+                                nil, 0, NI_NUMERICHOST)
+        guard named == 0 else { return .failure(Failure(message: String(cString: gai_strerror(named)))) }
+        let length = buffer.firstIndex(of: 0) ?? buffer.count
+        return .success(String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }
+
+    static func isIPLiteral(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+}
