@@ -93,31 +93,19 @@ uint16_t pw_socket_port(int fd)
     return 0;
 }
 
-struct MHD_Daemon *pw_mhd_start_external(unsigned int flags,
-                                         int listen_fd,
-                                         MHD_AccessHandlerCallback access_cb,
-                                         void *access_cls,
-                                         MHD_RequestCompletedCallback completed_cb,
-                                         void *completed_cls,
-                                         pw_mhd_uri_log_callback uri_log_cb,
-                                         void *uri_log_cls,
-                                         unsigned int connection_limit,
-                                         unsigned int per_ip_connection_limit,
-                                         unsigned int connection_timeout_seconds,
-                                         size_t connection_memory_limit,
-                                         int *errno_out)
+struct MHD_Daemon *pw_mhd_start_external(const struct pw_mhd_settings *settings, int *errno_out)
 {
     *errno_out = 0;
     errno = 0;
     struct MHD_Daemon *daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, access_cb, access_cls,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket) listen_fd,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, completed_cls,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, uri_log_cls,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_connection_limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
+        settings->flags, 0, NULL, NULL, settings->access_cb, settings->cls,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket) settings->listen_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, settings->completed_cb, settings->cls,
+        MHD_OPTION_URI_LOG_CALLBACK, settings->uri_log_cb, settings->cls,
+        MHD_OPTION_CONNECTION_LIMIT, settings->connection_limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, settings->per_ip_connection_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, settings->connection_timeout_seconds,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, settings->connection_memory_limit,
         MHD_OPTION_STRICT_FOR_CLIENT, (int) 1,
         MHD_OPTION_END);
     if (NULL == daemon) {

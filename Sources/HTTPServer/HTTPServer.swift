@@ -158,12 +158,14 @@ final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Senda
         let context = DaemonContext(core: core, loop: loop)
         // The daemon's own reference to its context, released after MHD_stop_daemon.
         let contextPointer = Unmanaged.passRetained(context).toOpaque()
-        let daemon = pw_mhd_start_external(
-            flags, socket,
-            accessHandler, contextPointer, requestCompleted, contextPointer, requestStarted, contextPointer,
-            UInt32(perLoopLimit), UInt32(configuration.perIPConnectionLimit),
-            UInt32(configuration.connectionTimeoutSeconds), configuration.connectionMemoryLimit,
-            &startErrno)
+        var settings = pw_mhd_settings(
+            flags: flags, listen_fd: socket, cls: contextPointer,
+            access_cb: accessHandler, completed_cb: requestCompleted, uri_log_cb: requestStarted,
+            connection_limit: UInt32(perLoopLimit),
+            per_ip_connection_limit: UInt32(configuration.perIPConnectionLimit),
+            connection_timeout_seconds: UInt32(configuration.connectionTimeoutSeconds),
+            connection_memory_limit: configuration.connectionMemoryLimit)
+        let daemon = pw_mhd_start_external(&settings, &startErrno)
         guard let daemon else {
             Unmanaged<DaemonContext>.fromOpaque(contextPointer).release()
             close(socket)

@@ -38,23 +38,26 @@ int pw_listen_socket(const char *host, uint16_t port, int backlog, int guard, in
 /// The local port of a bound socket, or 0.
 uint16_t pw_socket_port(int fd);
 
+/// What `pw_mhd_start_external` starts a daemon with. Every callback gets `cls`.
+struct pw_mhd_settings {
+    /// MHD_USE_* flags; must include MHD_USE_EPOLL (and MHD_USE_IPv6 for an IPv6 socket).
+    unsigned int flags;
+    int listen_fd;
+    void *cls;
+    MHD_AccessHandlerCallback access_cb;
+    MHD_RequestCompletedCallback completed_cb;
+    pw_mhd_uri_log_callback uri_log_cb;
+    unsigned int connection_limit;
+    unsigned int per_ip_connection_limit;
+    unsigned int connection_timeout_seconds;
+    size_t connection_memory_limit;
+};
+
 /// Starts a daemon without threads of its own on an existing listening socket: the caller runs
 /// it with MHD_run from one event loop thread when `pw_mhd_epoll_fd` is ready or the timeout
-/// passes. `flags` must include MHD_USE_EPOLL (and MHD_USE_IPv6 for an IPv6 socket). Returns the
-/// daemon, which the caller owns (MHD_stop_daemon exactly once), or NULL with `*errno_out`.
-struct MHD_Daemon *pw_mhd_start_external(unsigned int flags,
-                                         int listen_fd,
-                                         MHD_AccessHandlerCallback access_cb,
-                                         void *access_cls,
-                                         MHD_RequestCompletedCallback completed_cb,
-                                         void *completed_cls,
-                                         pw_mhd_uri_log_callback uri_log_cb,
-                                         void *uri_log_cls,
-                                         unsigned int connection_limit,
-                                         unsigned int per_ip_connection_limit,
-                                         unsigned int connection_timeout_seconds,
-                                         size_t connection_memory_limit,
-                                         int *errno_out);
+/// passes. Returns the daemon, which the caller owns (MHD_stop_daemon exactly once), or NULL with
+/// `*errno_out`.
+struct MHD_Daemon *pw_mhd_start_external(const struct pw_mhd_settings *settings, int *errno_out);
 
 /// The daemon's epoll descriptor (MHD_DAEMON_INFO_EPOLL_FD), or -1.
 int pw_mhd_epoll_fd(struct MHD_Daemon *daemon);
