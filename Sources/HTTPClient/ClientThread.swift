@@ -2,6 +2,7 @@ internal import CShims
 #if canImport(Glibc)
 import Glibc
 #endif
+import Loops
 import Synchronization
 
 /// The client's own thread, driving one ``MultiDriver`` for callers that are not on an event
@@ -23,7 +24,7 @@ final class ClientThread: Sendable {
         var cancelled: [Transfer] = []
         /// Present while the thread runs; cleared (under the lock) before the driver is freed.
         var multi: MultiHandle?
-        var thread: pthread_t?
+        var thread: OSThread?
     }
 
     private let shared: Mutex<Shared>
@@ -38,19 +39,13 @@ final class ClientThread: Sendable {
 
     /// Starts the thread, which keeps `self` alive until it returns.
     func start() throws(HTTPClientError) {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { context in
-            let loop = Unmanaged<ClientThread>.fromOpaque(context!).takeRetainedValue()
-            loop.run()
-            return nil
-        }, context)
-        guard rc == 0 else {
-            Unmanaged<ClientThread>.fromOpaque(context).release()
+        switch OSThread.start({ self.run() }) {
+        case .success(let thread):
+            shared.withLock { $0.thread = thread }
+        case .failure(let error):
             shared.withLock { $0.phase = .stopped; $0.multi = nil }
-            throw HTTPClientError(kind: .other, detail: "pthread_create failed")
+            throw HTTPClientError(kind: .other, detail: error.description)
         }
-        shared.withLock { $0.thread = thread }
     }
 
     /// Hands `transfer` to the thread; false once shutdown has begun.
@@ -78,19 +73,14 @@ final class ClientThread: Sendable {
     /// Fails every unfinished transfer with `.shutdown` and joins the thread. Idempotent; a
     /// concurrent second caller returns without waiting for the join.
     func shutdown() {
-        let thread: pthread_t? = shared.withLock { state in
+        let thread: OSThread? = shared.withLock { state in
             guard state.phase == .running else { return nil }
             state.phase = .stopping
             state.multi?.wakeup()
             defer { state.thread = nil }
             return state.thread
         }
-        guard let thread else { return }
-        if pthread_equal(thread, pthread_self()) != 0 {
-            pthread_detach(thread)
-        } else {
-            pthread_join(thread, nil)
-        }
+        thread?.join()
     }
 
     // MARK: - The thread

@@ -40,7 +40,7 @@ public final class EventLoop: @unchecked Sendable {
     private let wakeFD: Int32
     private let inbox = Mutex(Inbox())
     private let threadID = Atomic<UInt>(0)
-    private let thread = Mutex<pthread_t?>(nil)
+    private let thread = Mutex<OSThread?>(nil)
 
     // Loop-confined.
     private var handlers: [Int32: LoopDescriptorHandler] = [:]
@@ -77,18 +77,10 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Starts the thread, which holds a strong reference to the loop until `stop()` ends it.
     public func start() throws(LoopError) {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var handle = pthread_t()
-        let status = pthread_create(&handle, nil, { raw in
-            let loop = Unmanaged<EventLoop>.fromOpaque(raw!).takeRetainedValue()
-            loop.run()
-            return nil
-        }, context)
-        guard status == 0 else {
-            Unmanaged<EventLoop>.fromOpaque(context).release()
-            throw LoopError(detail: "pthread_create: \(status)")
+        switch OSThread.start({ self.run() }) {
+        case .success(let started): thread.withLock { $0 = started }
+        case .failure(let error): throw LoopError(detail: error.description)
         }
-        thread.withLock { $0 = handle }
     }
 
     /// True on the loop's own thread.
@@ -120,12 +112,7 @@ public final class EventLoop: @unchecked Sendable {
     public func stop() {
         inbox.withLock { $0.stopping = true }
         signal()
-        guard let handle = thread.withLock({ handle in defer { handle = nil }; return handle }) else { return }
-        if pthread_equal(handle, pthread_self()) != 0 {
-            pthread_detach(handle)
-        } else {
-            pthread_join(handle, nil)
-        }
+        thread.withLock { handle in defer { handle = nil }; return handle }?.join()
     }
 
     // MARK: Loop-thread API

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Loops
 import Synchronization
 
 /// The numeric address loop connections connect to, found without blocking a loop.
@@ -58,20 +59,9 @@ final class HostResolver: Sendable {
             return true
         }
         guard start else { return }
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        defer { pthread_attr_destroy(&attributes) }
-        var thread = pthread_t()
-        let status = pthread_create(&thread, &attributes, { raw in
-            let resolver = Unmanaged<HostResolver>.fromOpaque(raw!).takeRetainedValue()
-            resolver.resolveNow()
-            return nil
-        }, context)
-        if status != 0 {
-            Unmanaged<HostResolver>.fromOpaque(context).release()
-            state.withLock { $0.resolving = false; $0.failure = "cannot start a resolver thread (\(status))" }
+        // Detached: `getaddrinfo` may block for the resolver's whole timeout, and nobody waits.
+        if case .failure(let error) = OSThread.start(detached: true, { self.resolveNow() }) {
+            state.withLock { $0.resolving = false; $0.failure = "cannot start a resolver thread (\(error))" }
         }
     }
 

@@ -1,4 +1,5 @@
 import CShims
+import Loops
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,7 +38,7 @@ final class PipelinedConnection: Sendable {
 
     private let configuration: RedisConfiguration
     private let state = Mutex(State())
-    private let thread = Mutex<pthread_t?>(nil)
+    private let thread = Mutex<OSThread?>(nil)
     /// Self-pipe: the I/O thread blocks reading `wakeRead`; submitters write a byte to the
     /// non-blocking `wakeWrite` (a full pipe already means a pending wake-up).
     private let wakeRead: Int32
@@ -61,15 +62,10 @@ final class PipelinedConnection: Sendable {
 
     /// Starts the I/O thread. The thread holds a strong reference until it exits.
     func start() {
-        var handle = pthread_t()
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let status = pthread_create(&handle, nil, { raw in
-            let connection = Unmanaged<PipelinedConnection>.fromOpaque(raw!).takeRetainedValue()
-            connection.run()
-            return nil
-        }, context)
-        precondition(status == 0, "pthread_create failed: \(status)")
-        thread.withLock { $0 = handle }
+        switch OSThread.start({ self.run() }) {
+        case .success(let started): thread.withLock { $0 = started }
+        case .failure(let error): preconditionFailure("\(error)")
+        }
     }
 
     /// Queues a command, or returns why this connection will not take it (closed, or down within
@@ -105,12 +101,7 @@ final class PipelinedConnection: Sendable {
             command.continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "client closed")))
         }
         signal()
-        guard let handle = thread.withLock({ handle in defer { handle = nil }; return handle }) else { return }
-        if pthread_equal(handle, pthread_self()) != 0 {
-            pthread_detach(handle)
-        } else {
-            pthread_join(handle, nil)
-        }
+        thread.withLock { handle in defer { handle = nil }; return handle }?.join()
     }
 
     private func signal() {
