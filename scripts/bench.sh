@@ -81,34 +81,7 @@ secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
 "$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
 
-app_block() {  # NAME SESSION-LINES
-  cat <<APP
-  $1:
-    session:
-      type: jwt
-$2
-      issuer: https://auth.bench
-      audience: bench
-    client:
-      platforms: [android, ios]
-    dedupe:
-      refresh_after: 1d
-    upstreams:
-      - name: voyado
-        provider: voyado
-        base_path: http://127.0.0.1:$mock_port/api/v1/acme/abc123/default
-        api_key: {env: BENCH_VOYADO_KEY}
-        timeout: 5s
-APP
-}
-{
-  echo "version: 1"
-  echo "apps:"
-  app_block bench "      algorithms: [HS256]
-      hmac_secret: {env: BENCH_SESSION_SECRET}"
-  app_block benches "      algorithms: [ES256]
-      jwks_file: $work/jwks.json"
-} >"$work/policy.yaml"
+"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" >"$work/policy.yaml"
 
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \

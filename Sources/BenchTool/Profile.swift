@@ -15,27 +15,7 @@ func runProfile() throws {
     let iterations = value("--iterations").flatMap(Int.init) ?? 1_000_000
     let pool = value("--pool").flatMap(Int.init) ?? 10_000
     let stage = value("--stage") ?? "all"
-    let yaml = """
-    version: 1
-    apps:
-      bench:
-        session:
-          type: jwt
-          algorithms: [HS256]
-          hmac_secret: {env: BENCH_SESSION_SECRET}
-          issuer: https://auth.bench
-          audience: bench
-        client:
-          platforms: [android, ios]
-        dedupe:
-          refresh_after: 1d
-        upstreams:
-          - name: voyado
-            provider: voyado
-            base_path: http://127.0.0.1:9/api/v1/acme/abc123/default
-            api_key: {env: BENCH_VOYADO_KEY}
-            timeout: 5s
-    """
+    let yaml = BenchPolicy.yaml(mockPort: 9)
     let policy: Policy
     switch PolicyLoader.load(text: yaml, path: "profile.yaml") {
     case .success(let p): policy = p
@@ -51,11 +31,7 @@ func runProfile() throws {
     var requests: [(headers: HTTPHeaders, body: [UInt8])] = []
     requests.reserveCapacity(pool)
     for i in 0..<pool {
-        let claims = JSONObject([
-            JSONMember("sub", .string("contact-\(i)")), JSONMember("iss", "https://auth.bench"), JSONMember("aud", "bench"),
-            JSONMember("iat", .number(String(now))), JSONMember("exp", .number(String(now + 3 * 3600))),
-        ])
-        let token = JWTMinter.mintHS256(claims: claims, secret: secret)
+        let token = JWTMinter.mintHS256(claims: BenchPolicy.claims(i, now: now), secret: secret)
         let headers: HTTPHeaders = [
             "Host": "127.0.0.1:8080", "Content-Type": "application/json", "Authorization": "Bearer " + token,
             "Content-Length": "112",

@@ -21,6 +21,16 @@ if CommandLine.arguments.dropFirst().first == "floor" {
     exit(0)
 }
 
+/// `bench-tool policy --mock-port P [--jwks FILE]`: prints the benchmark's policy (`BenchPolicy`).
+if CommandLine.arguments.dropFirst().first == "policy" {
+    guard let port = value("--mock-port").flatMap(Int.init) else {
+        FileHandle.standardError.write(Data("usage: bench-tool policy --mock-port P [--jwks FILE]\n".utf8))
+        exit(2)
+    }
+    FileHandle.standardOutput.write(Data(BenchPolicy.yaml(mockPort: port, jwksPath: value("--jwks")).utf8))
+    exit(0)
+}
+
 if CommandLine.arguments.dropFirst().first == "profile" {
     do { try runProfile() } catch {
         FileHandle.standardError.write(Data("profile failed: \(error)\n".utf8))
@@ -35,12 +45,7 @@ guard CommandLine.arguments.dropFirst().first == "tokens", let alg = value("--al
     exit(2)
 }
 let now = Int(Date().timeIntervalSince1970)
-func claims(_ i: Int) -> JSONObject {
-    JSONObject([
-        JSONMember("sub", .string("contact-\(i)")), JSONMember("iss", "https://auth.bench"), JSONMember("aud", "bench"),
-        JSONMember("iat", .number(String(now))), JSONMember("exp", .number(String(now + 3 * 3600))),
-    ])
-}
+func claims(_ i: Int) -> JSONObject { BenchPolicy.claims(i, now: now) }
 var lines: [String] = []
 lines.reserveCapacity(count)
 switch alg {

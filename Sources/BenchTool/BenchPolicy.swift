@@ -1,0 +1,47 @@
+import PWCore
+
+/// What the benchmark's sidecar runs with, written once for `scripts/bench.sh` (through
+/// `bench-tool policy`) and for `bench-tool profile`.
+enum BenchPolicy {
+    /// The benchmark's policy: app `bench` with HS256 sessions and, given a JWKS file, app
+    /// `benches` with ES256 sessions; both register with one Voyado upstream on `mockPort`.
+    /// Secrets come from `BENCH_SESSION_SECRET` and `BENCH_VOYADO_KEY`.
+    static func yaml(mockPort: Int, jwksPath: String? = nil) -> String {
+        var text = "version: 1\napps:\n"
+        text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
+        if let jwksPath {
+            text += app("benches", session: "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n", mockPort: mockPort)
+        }
+        return text
+    }
+
+    private static func app(_ name: String, session: String, mockPort: Int) -> String {
+        """
+          \(name):
+            session:
+              type: jwt
+        \(session)      issuer: https://auth.bench
+              audience: bench
+            client:
+              platforms: [android, ios]
+            dedupe:
+              refresh_after: 1d
+            upstreams:
+              - name: voyado
+                provider: voyado
+                base_path: http://127.0.0.1:\(mockPort)/api/v1/acme/abc123/default
+                api_key: {env: BENCH_VOYADO_KEY}
+                timeout: 5s
+
+        """
+    }
+
+    /// The claims of pooled session `index`: contact `contact-<index>`, valid for three hours
+    /// from `now` (Unix seconds).
+    static func claims(_ index: Int, now: Int) -> JSONObject {
+        JSONObject([
+            JSONMember("sub", .string("contact-\(index)")), JSONMember("iss", "https://auth.bench"), JSONMember("aud", "bench"),
+            JSONMember("iat", .number(String(now))), JSONMember("exp", .number(String(now + 3 * 3600))),
+        ])
+    }
+}
