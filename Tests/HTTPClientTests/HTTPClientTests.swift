@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import PWCore
+import PushWardenTestSupport
 import Testing
 
 /// Routes of the test upstream.
@@ -198,7 +199,7 @@ struct HTTPClientTests {
         let client = try HTTPClient()
         defer { client.shutdown() }
         await expectFailure(.connect) {
-            try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(unusedLoopbackPort())/"))
+            try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(try #require(Loopback.unusedPort()))/"))
         }
     }
 
@@ -231,15 +232,7 @@ struct HTTPClientTests {
         let before = curlLoopThreads()
         let client = try HTTPClient()
         defer { client.shutdown() }
-        // The thread names itself once running. Parallel tests start clients too; ours is among
-        // the loop threads that appeared meanwhile.
-        var ours = Set<String>()
-        let named = ContinuousClock.now
-        while ours.isEmpty, milliseconds(since: named) < 2000 {
-            try await Task.sleep(for: .milliseconds(5))
-            ours = curlLoopThreads().subtracting(before)
-        }
-        #expect(!ours.isEmpty)
+        let ours = try await curlThreads(appearedSince: before)
         let base = "http://127.0.0.1:\(server.port)"
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for i in 0..<512 {
@@ -254,11 +247,7 @@ struct HTTPClientTests {
         #expect(server.requests.count == 512)
         #expect(server.acceptedConnections <= 64, "\(server.acceptedConnections) connections")
 
-        // With nothing to do the loop sleeps in epoll_wait: a spinning loop would burn most of a core.
-        let start = cpuMillis(of: ours)
-        try await Task.sleep(for: .seconds(1))
-        let spent = cpuMillis(of: ours) - start
-        #expect(spent < 150, "loop thread used \(spent) ms of CPU in 1 s idle")
+        try await expectIdle(ours)
         // Idle keep-alive connections are still reused afterwards.
         let accepted = server.acceptedConnections
         #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
@@ -274,13 +263,7 @@ struct HTTPClientTests {
         let before = curlLoopThreads()
         let client = try HTTPClient(configuration: HTTPClientConfiguration(maxConnectionsPerHost: 4))
         defer { client.shutdown() }
-        var ours = Set<String>()
-        let named = ContinuousClock.now
-        while ours.isEmpty, milliseconds(since: named) < 2000 {
-            try await Task.sleep(for: .milliseconds(5))
-            ours = curlLoopThreads().subtracting(before)
-        }
-        #expect(!ours.isEmpty)
+        let ours = try await curlThreads(appearedSince: before)
         let base = "http://127.0.0.1:\(server.port)"
         for round in 0..<3 {
             let bodies = try await withThrowingTaskGroup(of: [UInt8].self) { group in
@@ -297,10 +280,7 @@ struct HTTPClientTests {
         }
         #expect(server.acceptedConnections >= 8, "\(server.acceptedConnections) connections")
 
-        let start = cpuMillis(of: ours)
-        try await Task.sleep(for: .seconds(1))
-        let spent = cpuMillis(of: ours) - start
-        #expect(spent < 150, "loop thread used \(spent) ms of CPU in 1 s idle")
+        try await expectIdle(ours)
         let response = try await client.execute(HTTPClientRequest(method: "POST", url: base + "/echo", body: [1]))
         #expect(response.status == 201)
         #expect(server.requests.last?.body == [1])
@@ -389,20 +369,7 @@ struct HTTPClientTests {
     }
 
     @Test func cancellingTheTaskEndsTheCall() async throws {
-        try await withUpstream { server, client, base in
-            let start = ContinuousClock.now
-            let task = Task {
-                await expectFailure(.other) {
-                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
-                }
-            }
-            while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
-            task.cancel()
-            await task.value
-            #expect(milliseconds(since: start) < 5000)
-            // The client still works afterwards.
-            #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
-        }
+        try await expectCancellationEndsTheCall(on: nil)
     }
 
     @Test(arguments: ["file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://127.0.0.1/", "FILE:///etc/hosts", "/relative"])
@@ -493,6 +460,48 @@ struct HTTPClientTLSTests {
 }
 
 /// Thread ids of this process's HTTP client loop threads (named "pw-curl").
+/// The client thread(s) that appeared since `before`. A thread names itself once running, and
+/// parallel tests start clients too, so ours is among those that appeared meanwhile.
+private func curlThreads(appearedSince before: Set<String>, sourceLocation: SourceLocation = #_sourceLocation) async throws -> Set<String> {
+    var ours = Set<String>()
+    let named = ContinuousClock.now
+    while ours.isEmpty, milliseconds(since: named) < 2000 {
+        try await Task.sleep(for: .milliseconds(5))
+        ours = curlLoopThreads().subtracting(before)
+    }
+    #expect(!ours.isEmpty, sourceLocation: sourceLocation)
+    return ours
+}
+
+/// With nothing to do the thread sleeps in epoll_wait: a spinning one would burn most of a core.
+private func expectIdle(_ threads: Set<String>, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    let start = cpuMillis(of: threads)
+    try await Task.sleep(for: .seconds(1))
+    let spent = cpuMillis(of: threads) - start
+    #expect(spent < 150, "client thread used \(spent) ms of CPU in 1 s idle", sourceLocation: sourceLocation)
+}
+
+/// Cancelling a task (preferring `executor`, if any) whose call hangs ends the call promptly, and
+/// calls from the same place work afterwards.
+func expectCancellationEndsTheCall(on executor: (any TaskExecutor)?) async throws {
+    try await withUpstream { server, client, base in
+        let start = ContinuousClock.now
+        let task = Task(executorPreference: executor) {
+            await expectFailure(.other) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
+            }
+        }
+        while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+        task.cancel()
+        await task.value
+        #expect(milliseconds(since: start) < 5000)
+        let status = try await Task(executorPreference: executor) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status
+        }.value
+        #expect(status == 201, "the client still works")
+    }
+}
+
 private func curlLoopThreads() -> Set<String> {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
     return Set(tasks.filter { tid in

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PushWardenTestSupport
 
 /// An nginx on 127.0.0.1 speaking TLS with HTTP/2 (ALPN h2), with a throwaway self-signed
 /// certificate for 127.0.0.1, for the tests that need a real TLS/HTTP/2 peer. Its access log
@@ -25,7 +26,7 @@ final class NginxUpstream {
             "-keyout", keyPath, "-out", certificatePath, "-days", "1", "-subj", "/CN=127.0.0.1",
             "-addext", "subjectAltName=IP:127.0.0.1",
         ])
-        port = unusedLoopbackPort()
+        port = UInt16(Loopback.unusedPort() ?? 0)
         let d = directory.path
         let config = """
             \(getuid() == 0 ? "user root;" : "")
@@ -82,16 +83,10 @@ final class NginxUpstream {
     private func waitUntilListening() throws {
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let rc = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            if let fd = Loopback.connect(port: Int(port)) {
+                close(fd)
+                return
             }
-            close(fd)
-            if rc == 0 { return }
             guard process.isRunning else { break }
             usleep(20_000)
         }

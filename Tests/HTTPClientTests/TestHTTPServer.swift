@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PushWardenTestSupport
 import Synchronization
 
 /// What the test server saw of one request.
@@ -54,27 +55,9 @@ final class TestHTTPServer: Sendable {
     private var stopped: Bool { state.withLock { $0.stopped } }
 
     init(handler: @escaping @Sendable (RecordedRequest) -> Reply) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw POSIXError(.EIO) }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, 512) == 0 else {
-            close(fd)
-            throw POSIXError(.EADDRINUSE)
-        }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
+        guard let (fd, port) = Loopback.bind(reuseAddress: true, listen: 512) else { throw POSIXError(.EADDRINUSE) }
         self.listenFD = fd
-        self.port = UInt16(bigEndian: address.sin_port)
+        self.port = UInt16(port)
         self.handler = handler
         let server = self
         Thread.detachNewThread { server.acceptLoop() }
@@ -199,17 +182,4 @@ final class TestHTTPServer: Sendable {
         }
         return nil
     }
-}
-
-/// A loopback port that nothing listens on (bound, read back, closed).
-func unusedLoopbackPort() -> UInt16 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-    return UInt16(bigEndian: address.sin_port)
 }

@@ -41,7 +41,7 @@ final class Harness: Sendable {
         case .memory:
             chosenStore = sharedStore ?? MemoryStore()
         case .unreachableRedis:
-            chosenStore = RedisStore(client: RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: Harness.closedPort())))
+            chosenStore = RedisStore(client: RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: Loopback.unusedPort() ?? 1)))
         }
         base = try await SidecarHarness(
             upstreams: """
@@ -86,19 +86,5 @@ final class Harness: Sendable {
 
     static func apnsToken() -> String {
         (0..<32).map { _ in String(format: "%02X", UInt8.random(in: 0...255)) }.joined()
-    }
-
-    /// A loopback port nothing listens on.
-    static func closedPort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

@@ -94,11 +94,7 @@ import Testing
     @Test func duplicateRegistrationMakesNoCall() async throws {
         try await withSidecar(MockPushNotice(apiKey: Self.key), { mock in try await Self.harness(Self.upstream(mock, groups: nil)) }) { h, mock async throws in
             let body = #"{"platform":"android","push_token":"\#(Self.fcmToken())"}"#
-            #expect(try await h.post("/installations", body).outcome("pushnotice") == "forwarded")
-            let second = try await h.post("/installations", body)
-            #expect(second.status == 202)
-            #expect(second.outcome("pushnotice") == "unchanged")
-            #expect(mock.received.count == 1)
+            try await expectDuplicateMakesNoCall(h, mock, body: body, upstream: "pushnotice")
             #expect(mock.subscribers.count == 1)
         }
     }

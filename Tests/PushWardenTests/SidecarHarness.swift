@@ -127,3 +127,14 @@ func withSidecar<Mock: ProviderMock>(_ mock: Mock, _ makeHarness: (Mock) async t
     await h.stop()
     await mock.stop()
 }
+
+/// Registers `body` twice through `h`: the first reaches `upstream` (the mock), the second is
+/// answered unchanged without a call, whatever the provider's request looks like.
+func expectDuplicateMakesNoCall(_ h: SidecarHarness, _ mock: some ProviderMock, body: String, upstream: String,
+                                sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    #expect(try await h.post("/installations", body).outcome(upstream) == "forwarded", sourceLocation: sourceLocation)
+    let again = try await h.post("/installations", body)
+    #expect(again.status == 202, sourceLocation: sourceLocation)
+    #expect(again.outcome(upstream) == "unchanged", sourceLocation: sourceLocation)
+    #expect(mock.received.count == 1, sourceLocation: sourceLocation)
+}

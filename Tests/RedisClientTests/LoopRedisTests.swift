@@ -63,6 +63,18 @@ private func send(_ arguments: [String], with client: RedisClient, on loop: Even
     returned = true
 }
 
+/// Sends `count` GETs in one turn of `loop` and waits (up to 3 s) for their completions; returns
+/// them and how long they took.
+private func burst(_ count: Int, with client: RedisClient, on loop: EventLoop) async -> (outcomes: [Outcome], took: Duration) {
+    let inbox = Inbox<Outcome>()
+    let started = ContinuousClock.now
+    loop.execute {
+        for index in 0..<count { send(["GET", "k"], with: client, on: loop, index: index, into: inbox) }
+    }
+    let outcomes = await inbox.wait(for: count, within: .seconds(3))
+    return (outcomes, ContinuousClock.now - started)
+}
+
 /// Posts one command to `loop` and waits (bounded) for its completion.
 private func roundTrip(_ arguments: [String], with client: RedisClient, on loop: EventLoop,
                        within limit: Duration = .seconds(5)) async -> Outcome? {
@@ -245,13 +257,8 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         defer { loop.stop() }
         let client = RedisClient(configuration: RedisConfiguration(host: "pushwarden-no-such-host.invalid", port: 6379))
         defer { client.close() }
-        let inbox = Inbox<Outcome>()
-        let started = ContinuousClock.now
-        loop.execute {
-            for index in 0..<50 { send(["GET", "k"], with: client, on: loop, index: index, into: inbox) }
-        }
-        let outcomes = await inbox.wait(for: 50, within: .seconds(3))
-        #expect(ContinuousClock.now - started < .seconds(1))
+        let (outcomes, took) = await burst(50, with: client, on: loop)
+        #expect(took < .seconds(1))
         #expect(outcomes.count == 50)
         #expect(outcomes.allSatisfy { $0.errorKind == .unavailable && $0.onLoop && $0.errorDetail.contains("pushwarden-no-such-host.invalid") })
         let ran = Inbox<Bool>()
@@ -267,13 +274,8 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         defer { loop.stop() }
         let client = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: port))
         defer { client.close() }
-        let inbox = Inbox<Outcome>()
-        let started = ContinuousClock.now
-        loop.execute {
-            for index in 0..<100 { send(["GET", "k"], with: client, on: loop, index: index, into: inbox) }
-        }
-        let outcomes = await inbox.wait(for: 100, within: .seconds(3))
-        #expect(ContinuousClock.now - started < .seconds(2))
+        let (outcomes, took) = await burst(100, with: client, on: loop)
+        #expect(took < .seconds(2))
         #expect(outcomes.count == 100)
         #expect(outcomes.allSatisfy { $0.errorKind == .unavailable && $0.onLoop })
     }
@@ -341,19 +343,10 @@ private func processID(of server: RedisServer) async throws -> pid_t {
     @Test func connectTimeoutFailsAndBacksOff() async throws {
         // A listener that never accepts, its accept queue filled: the kernel drops further SYNs,
         // so a connect to it hangs until the client gives up.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(listener >= 0)
+        let (listener, listenerPort) = try #require(Loopback.bind(listen: 0))
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let listening = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        }
-        try #require(listening && listen(listener, 0) == 0)
+        var address = Loopback.address(port: listenerPort)
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {
@@ -368,7 +361,7 @@ private func processID(of server: RedisServer) async throws -> pid_t {
 
         let loop = try startedLoop()
         defer { loop.stop() }
-        var configuration = RedisConfiguration(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)))
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: listenerPort)
         configuration.connectTimeoutMillis = 200
         configuration.reconnectBackoffMillis = 3000
         let client = RedisClient(configuration: configuration)

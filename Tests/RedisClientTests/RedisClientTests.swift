@@ -10,24 +10,6 @@ private func sharedClient(database: Int = 0) -> RedisClient {
     RedisClient(configuration: RedisServer.shared.configuration(database: database))
 }
 
-/// A loopback port nothing listens on: bound, read back, closed.
-private func closedLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    try #require(fd >= 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let ok = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-        }
-    }
-    try #require(ok)
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 private func expectError(_ kind: RedisError.Kind, _ body: () async throws(RedisError) -> RedisReply,
                          sourceLocation: SourceLocation = #_sourceLocation) async {
     do {
@@ -286,7 +268,7 @@ private func expectError(_ kind: RedisError.Kind, _ body: () async throws(RedisE
     }
 
     @Test func unreachableRedisFailsFast() async throws {
-        let port = try closedLoopbackPort()
+        let port = try #require(Loopback.unusedPort())
         let client = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: port))
         defer { client.close() }
         let started = ContinuousClock.now
