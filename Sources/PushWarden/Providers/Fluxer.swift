@@ -262,8 +262,9 @@ public struct FluxerAdapter: UpstreamAdapter {
     /// A rate-limit answer's `retry_after` (seconds, possibly fractional), rounded up.
     static func bodyRetryAfter(_ body: [UInt8]) -> Int? {
         guard case .number(let text)? = (try? JSONValue.parse(body))?.objectValue?["retry_after"],
-              let seconds = Double(text), seconds >= 0, seconds < 86_400 else { return nil }
-        return Int(seconds.rounded(.up))
+              let seconds = Double(text), seconds >= 0 else { return nil }
+        // Saturated like the header (`1e400` parses as infinity).
+        return Int(min(seconds, Double(RetryAfter.providerCeilingSeconds)).rounded(.up))
     }
 
     /// Register: a `device_id` derived here from the four values (Fluxer's own derivation is not

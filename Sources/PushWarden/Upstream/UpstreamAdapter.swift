@@ -120,10 +120,11 @@ extension UpstreamAdapter {
         preconditionFailure("\(provider) does not take events; acceptsEvents is false")
     }
 
-    /// The value of a `Retry-After` header given in seconds; HTTP dates are ignored.
+    /// The value of a `Retry-After` header given in seconds (RFC 9110 §10.2.3: digits only), HTTP
+    /// dates ignored, saturated at `RetryAfter.providerCeilingSeconds` so no later arithmetic on it
+    /// can overflow: a longer wait than that is "give up now" all the same.
     public func retryAfterSeconds(_ response: HTTPClientResponse) -> Int? {
-        guard let raw = response.headers["Retry-After"], let seconds = Int(raw.trimmingSpaces()), seconds >= 0 else { return nil }
-        return seconds
+        response.headers["Retry-After"].flatMap { RetryAfter.seconds(fromHeader: $0) }
     }
 
     /// The usual reading of an answer: 2xx done, 401/403 our credential, 408/425/429/5xx retry,
@@ -135,6 +136,32 @@ extension UpstreamAdapter {
         case 408, 425, 429, 500...599: return .retry(afterSeconds: retryAfterSeconds(response))
         default: return .rejected(code: code(response) ?? "http_\(response.status)")
         }
+    }
+}
+
+/// The bounds on waits that come from outside: a provider's `Retry-After` is saturated before any
+/// arithmetic, and the one PushWarden hands its own client is capped.
+public enum RetryAfter {
+    /// A provider's wait is taken up to a day; beyond any request's budget either way.
+    public static let providerCeilingSeconds = 86_400
+    /// The longest `Retry-After` PushWarden sends a client: an hour, whatever a provider asked.
+    public static let clientCeilingSeconds = 3_600
+
+    /// Digits only, optional surrounding spaces; more than the ceiling saturates to it.
+    public static func seconds(fromHeader raw: String) -> Int? {
+        let digits = raw.trimmingSpaces()
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        var value = 0
+        for byte in digits.utf8 {
+            value = value * 10 + Int(byte - 0x30)
+            if value >= providerCeilingSeconds { return providerCeilingSeconds }
+        }
+        return value
+    }
+
+    /// What the client is told: at least a second, at most `clientCeilingSeconds`.
+    public static func forClient(_ seconds: Int) -> Int {
+        min(max(1, seconds), clientCeilingSeconds)
     }
 }
 

@@ -93,8 +93,9 @@ public final class UpstreamCaller: Sendable {
                 let wait = backoffMillis(attempt: attempt, retryAfterSeconds: afterSeconds)
                 let nowAfter = MonotonicClock.nowMillis()
                 let left = deadline > nowAfter ? Int(deadline - nowAfter) : 0
+                // A provider's wait beyond what is left of the budget means "give up now".
                 guard attempt < policy.retry.attempts, wait < left else {
-                    let retryAfter = lastRetryAfter ?? max(1, (policy.retry.maxBackoffMillis + 999) / 1000)
+                    let retryAfter = RetryAfter.forClient(lastRetryAfter ?? (policy.retry.maxBackoffMillis + 999) / 1000)
                     throw ContractError(.upstreamUnavailable, "\(adapter.name) is unavailable; try again later", retryAfter: retryAfter)
                 }
                 try? await Task.sleep(for: .milliseconds(wait))
@@ -105,7 +106,11 @@ public final class UpstreamCaller: Sendable {
     /// Full jitter (a random wait up to the exponential bound), unless the provider said how
     /// long to wait.
     func backoffMillis(attempt: Int, retryAfterSeconds: Int?) -> Int {
-        if let retryAfterSeconds { return retryAfterSeconds * 1000 }
+        if let retryAfterSeconds {
+            // Saturating: the adapters already bound it, and an overflow here would end the process.
+            let (millis, overflow) = retryAfterSeconds.multipliedReportingOverflow(by: 1000)
+            return overflow || millis < 0 ? Int.max : millis
+        }
         let exponential = policy.retry.backoffMillis << min(attempt - 1, 16)
         let bound = max(1, min(policy.retry.maxBackoffMillis, exponential))
         let random = SecureRandom.bytes(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
