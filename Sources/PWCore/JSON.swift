@@ -100,8 +100,6 @@ extension JSONValue {
 private struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
-    /// Whether the last string `parseString` returned was plain ASCII without escapes.
-    var lastStringWasASCII = false
 
     init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -145,7 +143,7 @@ private struct JSONParser {
         index += 1
         var members: [JSONMember] = []
         members.reserveCapacity(8)
-        var allKeysASCII = true
+        var seen = KeySet()
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -156,12 +154,7 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
             let keyOffset = index
             let key = try parseString()
-            // ASCII keys are equal exactly when their bytes are, so a length mismatch settles it
-            // without the general (canonical-equivalence) comparison.
-            allKeysASCII = allKeysASCII && lastStringWasASCII
-            let keyLength = key.utf8.count
-            if allKeysASCII ? members.contains(where: { $0.key.utf8.count == keyLength && $0.key == key })
-                            : members.contains(where: { $0.key == key }) {
+            guard seen.insert(key, among: members) else {
                 throw JSONParseError(message: "duplicate key \"\(key)\"", offset: keyOffset)
             }
             skipWhitespace()
@@ -236,8 +229,7 @@ private struct JSONParser {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
                 // ASCII is valid UTF-8, so only other input pays for validation.
-                lastStringWasASCII = seen < 0x80
-                if lastStringWasASCII { return String(decoding: slice, as: UTF8.self) }
+                if seen < 0x80 { return String(decoding: slice, as: UTF8.self) }
                 guard let s = String(validating: slice, as: UTF8.self) else {
                     throw JSONParseError(message: "invalid UTF-8 in string", offset: start)
                 }
@@ -249,7 +241,6 @@ private struct JSONParser {
             index += 1
         }
         // Slow path with escapes.
-        lastStringWasASCII = false
         var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let byte = bytes[index]
@@ -403,4 +394,30 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral, Ex
 
 extension JSONValue: ExpressibleByIntegerLiteral {
     public init(integerLiteral value: Int) { self = .number(String(value)) }
+}
+
+/// The names already seen in one object, for the duplicate check, in time linear in the object's
+/// size whatever its keys are: a scan while the object is small (every request's objects), a
+/// hash set once it is not, so a flood of keys costs one hash each instead of a comparison with
+/// every key before it. Both compare as Swift strings do (canonical equivalence, which `String`'s
+/// hash respects), so `"K"` and `"\u212A"` are one name either way.
+struct KeySet {
+    private static let scanLimit = 16
+    private var hashed: Set<String>?
+    private var allASCII = true
+
+    /// False when `key` is already among `members` (the object's members so far).
+    mutating func insert(_ key: String, among members: [JSONMember]) -> Bool {
+        if hashed == nil {
+            if members.count < Self.scanLimit {
+                allASCII = allASCII && key.utf8.allSatisfy { $0 < 0x80 }
+                // Plain ASCII strings are equal exactly when their bytes are: the length settles
+                // most pairs without the general comparison.
+                let length = key.utf8.count
+                return !members.contains { (!allASCII || $0.key.utf8.count == length) && $0.key == key }
+            }
+            hashed = Set(members.lazy.map(\.key))
+        }
+        return hashed!.insert(key).inserted
+    }
 }
