@@ -141,8 +141,3 @@ enum LockOwner {
         prefix + "." + String(counter.wrappingAdd(1, ordering: .relaxed).oldValue)
     }
 }
-
-/// Monotonic milliseconds, for deadlines that must not jump with the wall clock.
-public enum MonotonicClock {
-    public static func nowMillis() -> UInt64 { MemoryStore.monotonicNanos() / 1_000_000 }
-}

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Loops
+import PWCore
 import Synchronization
 
 /// The embedded store: one process, nothing shared, nothing survives a restart.
@@ -34,7 +35,7 @@ public final class MemoryStore: DedupeStore {
     }
 
     private func lookup(_ key: String) -> String? {
-        let now = Self.monotonicNanos()
+        let now = MonotonicClock.nowNanos()
         return state.withLock { state in
             guard let entry = state.entries[key] else { return nil }
             if entry.expiresAt <= now {
@@ -61,7 +62,7 @@ public final class MemoryStore: DedupeStore {
 
     public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
                              ttlMillis: Int) async throws(StoreError) -> LockAttempt {
-        let now = Self.monotonicNanos()
+        let now = MonotonicClock.nowNanos()
         return state.withLock { state in
             if let current = state.entries[entry], current.expiresAt > now, current.value == fingerprint { return .current }
             if let held = state.entries[lock], held.expiresAt > now { return .busy }
@@ -84,7 +85,7 @@ public final class MemoryStore: DedupeStore {
     public var count: Int { state.withLock { $0.entries.count } }
 
     private func write(_ key: String, _ value: String, ttlNanos: UInt64) {
-        let now = Self.monotonicNanos()
+        let now = MonotonicClock.nowNanos()
         state.withLock { state in
             state.entries[key] = Entry(value: value, expiresAt: now + ttlNanos)
             state.writesSinceSweep += 1
@@ -93,11 +94,5 @@ public final class MemoryStore: DedupeStore {
                 state.entries = state.entries.filter { $0.value.expiresAt > now }
             }
         }
-    }
-
-    static func monotonicNanos() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 }
