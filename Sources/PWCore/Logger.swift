@@ -33,16 +33,32 @@ public struct Logger: Sendable {
     public let label: String
     public let minimumLevel: Level
     private let sink: LogSink
+    /// Shared by every logger derived with `with(label:)`: the bound on lines outside traffic causes.
+    public let limiter: LogLimiter
 
-    public init(label: String, level: Level = .info, sink: LogSink = .standardError) {
+    public init(label: String, level: Level = .info, sink: LogSink = .standardError, limiter: LogLimiter = LogLimiter()) {
         self.label = label
         self.minimumLevel = level
         self.sink = sink
+        self.limiter = limiter
     }
 
     public func isEnabled(_ level: Level) -> Bool { level >= minimumLevel }
 
-    public func with(label: String) -> Logger { Logger(label: label, level: minimumLevel, sink: sink) }
+    public func with(label: String) -> Logger { Logger(label: label, level: minimumLevel, sink: sink, limiter: limiter) }
+
+    /// A line that a client (or a failing provider) can cause once per request: written at most
+    /// once per `limiter` window for each `key` (say the app and the reason) with this logger's
+    /// label and message; the next line written says how many were left out (`suppressed`).
+    public func bounded(_ level: Level, _ message: String, key: String, _ fields: @autoclosure () -> [(String, String)] = []) {
+        guard level >= minimumLevel else { return }
+        guard let suppressed = limiter.admit(label + "\u{0}" + message + "\u{0}" + key) else { return }
+        if suppressed == 0 {
+            log(level, message, fields())
+        } else {
+            log(level, message, fields() + [("suppressed", String(suppressed))])
+        }
+    }
 
     /// Fields are built only when the level is enabled: hashing a token for a debug line must
     /// cost nothing when debug is off.

@@ -42,7 +42,7 @@ final class AppRuntime: Sendable {
         for (name, outcome) in outcomes {
             if case .failed(let error) = outcome {
                 if name == primaryName { throw error }
-                logger.warning("shadow upstream failed", [("app", policy.id), ("upstream", name), ("request_id", requestID),
+                logger.bounded(.warning, "shadow upstream failed", key: policy.id + "\u{0}" + name, [("app", policy.id), ("upstream", name), ("request_id", requestID),
                                                           ("code", error.code.rawValue)])
             }
             map[name] = .string(outcome.name)

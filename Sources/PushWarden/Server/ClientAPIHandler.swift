@@ -201,7 +201,7 @@ public final class ClientAPIHandler: HTTPHandler {
             response = Responses.json(202, .object(body), requestID: requestID)
         case .failure(let error):
             if error.code == .internal {
-                logger.error("internal error", [("request_id", requestID), ("detail", error.message)])
+                logger.bounded(.error, "internal error", key: app, [("request_id", requestID), ("detail", error.message)])
             }
             response = Responses.error(error, requestID: requestID)
         }
@@ -278,7 +278,8 @@ public final class ClientAPIHandler: HTTPHandler {
             return session
         case .failure(let failure):
             metrics.authFailure(app: app.policy.id)
-            logger.info("session refused", [("app", app.policy.id), ("request_id", requestID), ("reason", failure.reason)])
+            logger.bounded(.info, "session refused", key: app.policy.id + "\u{0}" + failure.reason,
+                           [("app", app.policy.id), ("request_id", requestID), ("reason", failure.reason)])
             throw ContractError(.unauthorized, "a valid session is required")
         }
     }
@@ -507,7 +508,7 @@ public final class ClientAPIHandler: HTTPHandler {
         }
         for (name, outcome) in outcomes {
             if case .failed(let error) = outcome {
-                logger.warning("could not remove the rotated token", [("app", appID), ("upstream", name), ("request_id", requestID),
+                logger.bounded(.warning, "could not remove the rotated token", key: appID + "\u{0}" + name, [("app", appID), ("upstream", name), ("request_id", requestID),
                                                                       ("token", Redact.token(previous)), ("code", error.code.rawValue)])
             }
         }

@@ -127,7 +127,7 @@ public struct Deduper: Sendable {
 
     private func degrade(_ error: StoreError, app: String) {
         metrics.dedupeDegraded(app: app)
-        logger.warning("dedupe store unavailable; forwarding without dedupe", [("app", app), ("store", store.kind), ("error", error.detail)])
+        logger.bounded(.warning, "dedupe store unavailable; forwarding without dedupe", key: app, [("app", app), ("store", store.kind), ("error", error.detail)])
     }
 }
 

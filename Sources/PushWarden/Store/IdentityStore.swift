@@ -36,7 +36,7 @@ public struct IdentityStore: Sendable {
             }
             return UpstreamIdentity(values)
         } catch {
-            logger.warning("identity store unavailable", [("upstream", upstream), ("error", error.detail)])
+            logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
             return nil
         }
     }
@@ -47,7 +47,7 @@ public struct IdentityStore: Sendable {
             try await store.set(Self.key(app: app, upstream: upstream, pushToken: pushToken),
                                 JSONValue.object(object).encodedString(), ttlSeconds: Self.ttlSeconds)
         } catch {
-            logger.warning("identity store unavailable; identity not kept", [("upstream", upstream), ("error", error.detail)])
+            logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }
     }
 
@@ -55,7 +55,7 @@ public struct IdentityStore: Sendable {
         do {
             try await store.delete(Self.key(app: app, upstream: upstream, pushToken: pushToken))
         } catch {
-            logger.warning("identity store unavailable", [("upstream", upstream), ("error", error.detail)])
+            logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }
     }
 }

@@ -54,7 +54,7 @@ public final class UpstreamCaller: Sendable {
                 verdict = adapter.verdict(for: r, operation: operation)
             } catch {
                 record(operation, "network_error", since: started)
-                logger.warning("upstream unreachable", [("upstream", adapter.name), ("operation", operation.rawValue),
+                logger.bounded(.warning, "upstream unreachable", key: adapter.name + operation.rawValue, [("upstream", adapter.name), ("operation", operation.rawValue),
                                                         ("attempt", String(attempt)), ("error", "\(error.kind)")])
                 verdict = .retry(afterSeconds: nil)
             }
@@ -65,18 +65,18 @@ public final class UpstreamCaller: Sendable {
                 return response ?? HTTPClientResponse(status: 202, headers: [:], body: [])
             case .rejected(let code):
                 record(operation, "rejected", since: started)
-                logger.warning("upstream rejected", [("upstream", adapter.name), ("operation", operation.rawValue),
+                logger.bounded(.warning, "upstream rejected", key: adapter.name + operation.rawValue, [("upstream", adapter.name), ("operation", operation.rawValue),
                                                      ("status", String(response?.status ?? 0)), ("upstream_code", code ?? "")])
                 throw ContractError(.upstreamRejected, "\(adapter.name) refused the request", upstreamCode: code)
             case .authFailed:
                 record(operation, "auth_failed", since: started)
-                logger.error("upstream refused PushWarden's credential: check the policy's secret", [
+                logger.bounded(.error, "upstream refused PushWarden's credential: check the policy's secret", key: adapter.name, [
                     ("upstream", adapter.name), ("operation", operation.rawValue), ("status", String(response?.status ?? 0)),
                 ])
                 throw ContractError(.upstreamAuthFailed, "the push provider refused this service's credential")
             case .callerRefused(let forbidden, let code):
                 record(operation, "caller_refused", since: started)
-                logger.info("upstream refused the user's own credential", [
+                logger.bounded(.info, "upstream refused the user's own credential", key: adapter.name, [
                     ("upstream", adapter.name), ("operation", operation.rawValue),
                     ("status", String(response?.status ?? 0)), ("upstream_code", code ?? ""),
                 ])

@@ -27,7 +27,9 @@ public struct DryRunTransport: UpstreamTransport {
     public func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
         var headers: [String] = []
         for field in request.headers {
-            headers.append("\(field.name): \(Self.isSecretHeader(field.name) ? "<redacted>" : field.value)")
+            let shown = Self.isSecretHeader(field.name) ? "<redacted>"
+                : Self.namesAContact(field.name) ? Redact.contact(field.value) : field.value
+            headers.append("\(field.name): \(shown)")
         }
         logger.info("dry_run: would send", [
             ("method", request.method),
@@ -41,6 +43,14 @@ public struct DryRunTransport: UpstreamTransport {
     static func isSecretHeader(_ name: String) -> Bool {
         let lower = name.lowercased()
         return lower == "authorization" || lower.contains("key") || lower.contains("token") || lower == "cookie"
+            || lower.contains("session") || lower.contains("secret")
+    }
+
+    /// Where providers carry the contact (Voyado's `contact_id`, Native Notify's `subscriberId`,
+    /// Voidhash's `x-distinct-id`): shown as its short hash, as in every other log line.
+    static func namesAContact(_ name: String) -> Bool {
+        let lower = name.lowercased()
+        return lower.contains("contact") || lower.contains("subscriber") || lower.contains("distinct") || lower == "user_id"
     }
 
     /// The body with every token- or key-like string value replaced by its short hash.
@@ -61,6 +71,7 @@ public struct DryRunTransport: UpstreamTransport {
                 || lower == "p256dh" || lower == "endpoint" {
                 return .string(Redact.token(s))
             }
+            if namesAContact(key) { return .string(Redact.contact(s)) }
             return value
         default:
             return value
