@@ -4,7 +4,7 @@ import Glibc
 import Loops
 import Synchronization
 
-/// The numeric address loop connections connect to, found without blocking a loop.
+/// The numeric addresses loop connections connect to, found without blocking a loop.
 ///
 /// `getaddrinfo` can block for the resolver's whole timeout when DNS is slow or gone, and a blocked
 /// loop stalls every request on it. So an IP literal is used as it is, and a host name (a
@@ -15,17 +15,21 @@ import Synchronization
 /// Until the first answer arrives, loop connections fail their commands as unavailable, and the
 /// request path degrades as for an absent Redis.
 ///
+/// A name may have several addresses (`localhost` is `::1` and `127.0.0.1` on many machines, in
+/// the order `/etc/hosts` and `gai.conf` give): every one is kept, in `getaddrinfo`'s order, and a
+/// connection tries them one by one as hiredis and libcurl do.
+///
 /// Thread-safety: the state sits behind a `Mutex`; the resolving thread holds a reference to the
 /// resolver until it is done.
 final class HostResolver: Sendable {
     private struct State {
-        var address: String?
+        var addresses: [String] = []
         var resolving = false
         /// Why the last resolution failed, for error messages; nil after a success.
         var failure: String?
     }
 
-    typealias LookUp = @Sendable (String) -> Result<String, Failure>
+    typealias LookUp = @Sendable (String) -> Result<[String], Failure>
 
     let host: String
     private let isLiteral: Bool
@@ -37,12 +41,12 @@ final class HostResolver: Sendable {
         self.host = host
         self.lookUp = lookUp
         isLiteral = Self.isIPLiteral(host)
-        state = Mutex(State(address: isLiteral ? host : nil))
+        state = Mutex(State(addresses: isLiteral ? [host] : []))
         refresh()
     }
 
-    /// What to connect to: the last address found. Nil until a resolution succeeded.
-    var address: String? { state.withLock { $0.address } }
+    /// What to connect to, in order: the last answer found. Empty until a resolution succeeded.
+    var addresses: [String] { state.withLock { $0.addresses } }
 
     /// Why there is no address yet, for an error message.
     var whyUnresolved: String {
@@ -71,11 +75,13 @@ final class HostResolver: Sendable {
         state.withLock { s in
             s.resolving = false
             switch outcome {
-            case .success(let address):
-                s.address = address
+            case .success(let addresses) where !addresses.isEmpty:
+                s.addresses = addresses
                 s.failure = nil
+            case .success:
+                s.failure = "no stream address"
             case .failure(let reason):
-                // Keep a previous address: it may still work, and it is all there is.
+                // Keep the previous addresses: they may still work, and they are all there is.
                 s.failure = reason.message
             }
         }
@@ -83,16 +89,16 @@ final class HostResolver: Sendable {
 
     struct Failure: Error { let message: String }
 
-    /// `resolve` for tests: a name lookup that takes `seconds` before giving `address`.
-    static func slow(_ seconds: UInt32, giving address: String) -> LookUp {
+    /// `resolve` for tests: a name lookup that takes `seconds` before giving `addresses`.
+    static func slow(_ seconds: UInt32, giving addresses: String...) -> LookUp {
         { _ in
             sleep(seconds)
-            return .success(address)
+            return .success(addresses)
         }
     }
 
-    /// The first stream address `getaddrinfo` gives for `host`, in numeric form.
-    static func resolve(_ host: String) -> Result<String, Failure> {
+    /// Every stream address `getaddrinfo` gives for `host`, in numeric form and its order, each once.
+    static func resolve(_ host: String) -> Result<[String], Failure> {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -102,12 +108,21 @@ final class HostResolver: Sendable {
             return .failure(Failure(message: String(cString: gai_strerror(status))))
         }
         defer { freeaddrinfo(list) }
-        var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
-        let named = getnameinfo(first.pointee.ai_addr, first.pointee.ai_addrlen, &buffer, socklen_t(buffer.count),
-                                nil, 0, NI_NUMERICHOST)
-        guard named == 0 else { return .failure(Failure(message: String(cString: gai_strerror(named)))) }
-        let length = buffer.firstIndex(of: 0) ?? buffer.count
-        return .success(String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        var addresses: [String] = []
+        var lastProblem: Int32 = 0
+        var entry: UnsafeMutablePointer<addrinfo>? = first
+        while let current = entry {
+            entry = current.pointee.ai_next
+            var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            let named = getnameinfo(current.pointee.ai_addr, current.pointee.ai_addrlen, &buffer, socklen_t(buffer.count),
+                                    nil, 0, NI_NUMERICHOST)
+            guard named == 0 else { lastProblem = named; continue }
+            let length = buffer.firstIndex(of: 0) ?? buffer.count
+            let address = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if !addresses.contains(address) { addresses.append(address) }
+        }
+        guard !addresses.isEmpty else { return .failure(Failure(message: String(cString: gai_strerror(lastProblem)))) }
+        return .success(addresses)
     }
 
     static func isIPLiteral(_ host: String) -> Bool {

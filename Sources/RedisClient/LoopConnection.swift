@@ -138,6 +138,12 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     private var deferredFailure: RedisError?
     /// Monotonic nanoseconds until which commands are refused; 0 when not backing off.
     private var downUntil: UInt64 = 0
+    /// Which of the resolver's addresses the next connect tries: the one that worked last, or the
+    /// one after those that failed.
+    private var addressIndex = 0
+    /// Connects that failed in a row since a connection was last up; the backoff starts only once
+    /// every address has failed.
+    private var failuresInRound = 0
     private var lastFailure = ""
 
     init(loop: EventLoop, state: LoopClientState) {
@@ -183,14 +189,20 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
 
     private func open() {
         let now = EventLoop.now()
-        guard let address = state.resolver.address else {
+        let addresses = state.resolver.addresses
+        guard !addresses.isEmpty else {
             // Not yet resolved: fail this turn's commands, with no backoff, so the first ones
             // after the answer arrives connect.
             state.resolver.refresh()
             deferredFailure = RedisError(kind: .unavailable, detail: state.resolver.whyUnresolved)
             return
         }
-        switch NonBlockingHiredisContext.connect(host: address, port: state.configuration.port) {
+        var attempt: Result<NonBlockingHiredisContext, RedisError>
+        repeat {
+            // A connect refused at once moves on to the next address at once.
+            attempt = NonBlockingHiredisContext.connect(host: addresses[addressIndex % addresses.count], port: state.configuration.port)
+        } while attempt.isFailure && connectFailed(among: addresses.count)
+        switch attempt {
         case .failure(let error):
             backOff(after: error, now: now)
             deferredFailure = error
@@ -216,9 +228,10 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         if let error = deferredFailure {
             reset(failing: error, backOff: false, now: now)
         } else if let deadline = connectDeadline, now >= deadline {
+            let another = connectFailed(among: state.resolver.addresses.count)
             reset(failing: RedisError(kind: .unavailable,
                                       detail: "connect \(target): no connection within \(state.configuration.connectTimeoutMillis) ms"),
-                  backOff: true, now: now)
+                  backOff: !another, now: now)
         } else if head < pending.count, pending[head].sentAt != 0, now - pending[head].sentAt >= commandTimeout {
             reset(failing: RedisError(kind: .timeout,
                                       detail: "\(target): no reply within \(state.configuration.commandTimeoutMillis) ms"),
@@ -246,11 +259,13 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
             // A failed connect reports the socket writable (and a hang-up both).
             guard writable else { return }
             if let error = connection.connectOutcome() {
-                reset(failing: RedisError(kind: .unavailable, detail: "connect \(target): \(error.detail)"),
-                      backOff: true, now: EventLoop.now())
+                let another = connectFailed(among: state.resolver.addresses.count)
+                reset(failing: RedisError(kind: .unavailable, detail: "connect \(target) (\(connection.address)): \(error.detail)"),
+                      backOff: !another, now: EventLoop.now())
                 return
             }
             connectDeadline = nil
+            failuresInRound = 0
             flush(now: EventLoop.now())
         } else if writable {
             flush(now: EventLoop.now())
@@ -341,10 +356,27 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         for command in failed { command.completion(.failure(error)) }
     }
 
+    /// Moves on to the next address after a failed connect. True while some address of this round
+    /// is still untried; false once all have failed (the round starts again after the backoff).
+    private func connectFailed(among count: Int) -> Bool {
+        addressIndex = (addressIndex + 1) % max(1, count)
+        failuresInRound += 1
+        guard failuresInRound >= count else { return true }
+        failuresInRound = 0
+        return false
+    }
+
     private func backOff(after error: RedisError, now: UInt64) {
         downUntil = now + backoff
         lastFailure = error.detail
         // The host may have moved (a failover, a rescheduled container): look it up again.
         state.resolver.refresh()
+    }
+}
+
+private extension Result {
+    var isFailure: Bool {
+        if case .failure = self { return true }
+        return false
     }
 }

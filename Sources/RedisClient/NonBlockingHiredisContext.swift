@@ -15,10 +15,13 @@ final class NonBlockingHiredisContext {
     private let context: UnsafeMutablePointer<redisContext>
     /// The socket, for the loop to watch. Owned by the context.
     let fd: Int32
+    /// The numeric address connected to, for messages.
+    let address: String
 
-    private init(context: UnsafeMutablePointer<redisContext>) {
+    private init(context: UnsafeMutablePointer<redisContext>, address: String) {
         self.context = context
         self.fd = context.pointee.fd
+        self.address = address
     }
 
     deinit {
@@ -33,7 +36,7 @@ final class NonBlockingHiredisContext {
         guard let raw = redisConnectNonBlock(host, Int32(clamping: port)) else {
             return .failure(RedisError(kind: .unavailable, detail: "connect \(target): out of memory"))
         }
-        let connection = NonBlockingHiredisContext(context: raw)
+        let connection = NonBlockingHiredisContext(context: raw, address: host)
         guard raw.pointee.err == 0 else {
             return .failure(RedisError(kind: .unavailable, detail: "connect \(target): \(Hiredis.errorText(of: raw))"))
         }

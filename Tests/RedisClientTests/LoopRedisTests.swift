@@ -225,6 +225,39 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         #expect(outcome?.onLoop == true)
     }
 
+    /// A name with several addresses is tried address by address: on a machine whose
+    /// `/etc/hosts` lists `::1 localhost` before `127.0.0.1`, `localhost` must still reach a Redis
+    /// bound to 127.0.0.1 only, with no backoff between the addresses.
+    @Test(arguments: [["::1", "127.0.0.1"], ["127.0.0.1", "::1"]])
+    func everyAddressOfANameIsTriedInTurn(_ addresses: [String]) async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisServer.shared.configuration()
+        configuration.host = "redis.two-addresses.test"
+        configuration.reconnectBackoffMillis = 60_000  // a backoff would outlast the test
+        let client = RedisClient(configuration: configuration, lookUp: { _ in .success(addresses) })
+        defer { client.close() }
+        let deadline = ContinuousClock.now + .seconds(5)
+        var outcome = await roundTrip(["PING"], with: client, on: loop)
+        while outcome?.reply != .status("PONG"), ContinuousClock.now < deadline {
+            // At most one turn's commands fail while the refused address is left behind.
+            #expect(outcome?.errorKind == .unavailable, "\(outcome?.errorDetail ?? "none")")
+            #expect(outcome?.errorDetail.contains("waiting to reconnect") == false, "\(outcome?.errorDetail ?? "none")")
+            try await Task.sleep(for: .milliseconds(20))
+            outcome = await roundTrip(["PING"], with: client, on: loop)
+        }
+        #expect(outcome?.reply == .status("PONG"))
+        // The address that worked is kept: later commands go straight to it.
+        for _ in 0..<5 { #expect(await roundTrip(["PING"], with: client, on: loop)?.reply == .status("PONG")) }
+    }
+
+    @Test func theSystemLookupGivesEveryAddressOnce() throws {
+        let addresses = try HostResolver.resolve("localhost").get()
+        #expect(!addresses.isEmpty)
+        #expect(Set(addresses).count == addresses.count)
+        #expect(addresses.allSatisfy { HostResolver.isIPLiteral($0) })
+    }
+
     /// A name lookup that takes seconds (a DNS server that does not answer) happens off the loop:
     /// meanwhile commands fail at once and the loop stays free; then the loop connects to the
     /// address the lookup gave.
