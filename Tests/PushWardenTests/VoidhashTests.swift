@@ -396,7 +396,8 @@ import Testing
         #expect(a.verdict(for: response(404), operation: .register) == .staleIdentity)
         #expect(a.verdict(for: response(400, #"{"_tag":"Api/SdkValidationError","message":"m"}"#), operation: .register)
                 == .rejected(code: "Api/SdkValidationError"))
-        #expect(a.verdict(for: response(400, "oops"), operation: .register) == .rejected(code: "http_400"))
+        // No code: the caller shows the status (`http_400`), PushWarden's own text.
+        #expect(a.verdict(for: response(400, "oops"), operation: .register) == .rejected(code: nil))
         #expect(a.verdict(for: response(401), operation: .register) == .authFailed)
         #expect(a.verdict(for: response(403), operation: .unregister) == .authFailed)
         #expect(a.verdict(for: response(500), operation: .register) == .retry(afterSeconds: nil))

@@ -28,8 +28,9 @@ import PWPolicy
 /// - A rotation registers the new token and removes the old one with its own four values
 ///   (or, when PushWarden never registered it, the new registration's platform, environment and
 ///   app_id: the same device on the same transport).
-/// - Answers carry `{"code": "...", "message": "..."}` at the top level. Unregister answers 200
-///   whether or not the registration existed. 401/403 refuse the *user's* session, not ours: see
+/// - Answers carry `{"code": "...", "message": "..."}` at the top level; only the codes of
+///   `documentedErrorCodes` are shown as they are. Unregister answers 200 whether or not the
+///   registration existed. 401/403 refuse the *user's* session, not ours: see
 ///   `verdict(for:operation:)`.
 public struct FluxerAdapter: UpstreamAdapter {
     public let name: String
@@ -46,6 +47,13 @@ public struct FluxerAdapter: UpstreamAdapter {
     static let maxUserAgentLength = 1024
     /// A session value longer than this is not a session; refusing it keeps headers bounded.
     static let maxSessionLength = 4096
+
+    /// The codes seed 002 names: `ACCESS_DENIED` and `ACCOUNT_SUSPICIOUS_ACTIVITY` (the 403s of its
+    /// introduction), `URL_NOT_PUBLICLY_ROUTABLE` (under "Register mobile push device") and
+    /// `INVALID_FORM_BODY` (the 400 row of both Response tables). Its 401 and 429 name no code.
+    public static let documentedErrorCodes: Set<String> = [
+        "ACCESS_DENIED", "ACCOUNT_SUSPICIOUS_ACTIVITY", "URL_NOT_PUBLICLY_ROUTABLE", "INVALID_FORM_BODY",
+    ]
 
     public init(name: String, config: FluxerConfig) {
         self.name = name
@@ -230,9 +238,9 @@ public struct FluxerAdapter: UpstreamAdapter {
     ///
     /// - Important: 401 and 403 (`ACCESS_DENIED`, `ACCOUNT_SUSPICIOUS_ACTIVITY`) refuse the *user's*
     ///   session, not a credential of PushWarden's, so they must not become `upstream_auth_failed`
-    ///   (502, "an operator problem"). `UpstreamVerdict` has no case that reaches the client as
-    ///   401/403, so they are `rejected` with Fluxer's code (422 `upstream_rejected`,
-    ///   `upstream_code` = `UNAUTHORIZED`, `ACCESS_DENIED`, ...) until the shared seam grows one.
+    ///   (502, "an operator problem"). They are `callerRefused` with Fluxer's code: 401
+    ///   `unauthorized` or 403 `forbidden`, `upstream_code` = `ACCESS_DENIED`, ... (a code the
+    ///   document does not name, such as an `UNAUTHORIZED` on a 401, as `unknown:<hash>`).
     public func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict {
         switch response.status {
         case 200..<300:
@@ -246,11 +254,12 @@ public struct FluxerAdapter: UpstreamAdapter {
         case 403:
             return .callerRefused(forbidden: true, code: Self.errorCode(response.body))
         default:
-            return .rejected(code: Self.errorCode(response.body) ?? "http_\(response.status)")
+            return .rejected(code: Self.errorCode(response.body))
         }
     }
 
     /// Fluxer's error response: `code` at the top level (`INVALID_FORM_BODY`, `ACCESS_DENIED`, ...).
+    /// Raw provider text: shown only through `UpstreamErrorCode.shown`.
     static func errorCode(_ body: [UInt8]) -> String? {
         guard let object = (try? JSONValue.parse(body))?.objectValue else { return nil }
         let code = object["code"]?.stringValue ?? object["error"]?.objectValue?["code"]?.stringValue

@@ -21,7 +21,7 @@ import PWPolicy
 ///   are taken; `environment` and `framework` come from the policy.
 /// - `403 environment_disabled` is the operator's switch in Native Notify's dashboard; it is passed
 ///   on as `upstream_rejected` with that code (the log then names it). `401` (plain text) is a wrong
-///   `appId`/`appToken`.
+///   `appId`/`appToken`. Only the codes of `documentedErrorCodes` are shown as they are.
 public struct NativeNotifyAdapter: UpstreamAdapter {
     public let name: String
     public let provider = "nativenotify"
@@ -45,6 +45,15 @@ public struct NativeNotifyAdapter: UpstreamAdapter {
 
     /// The identity key under which the device id is kept per push token.
     static let deviceIDKey = "deviceId"
+
+    /// Every code of seed 003's "Errors" table (`invalid_device_id` / `invalid_subscriber_id` share
+    /// a row).
+    public static let documentedErrorCodes: Set<String> = [
+        "invalid_body", "missing_field", "invalid_field", "invalid_platform", "invalid_device_id", "invalid_subscriber_id",
+        "invalid_tokens", "no_tokens_provided", "invalid_token_format", "invalid_web_push_endpoint", "invalid_web_push_keys",
+        "invalid_web_push", "token_platform_mismatch", "unsupported_token_type", "invalid_environment", "invalid_framework",
+        "environment_disabled", "app_not_found",
+    ]
 
     public init(name: String, config: NativeNotifyConfig, appToken: [UInt8]) {
         self.name = name

@@ -28,6 +28,11 @@ public struct PushNoticeAdapter: UpstreamAdapter {
     let groups: [String]
     let authorization: String
 
+    /// None: seed 004 lists statuses only ("8. Errors & retries": 401/403, 422, 5xx), never a code,
+    /// so every code PushNotice sends is shown as `unknown:<hash>` and a refusal without one as
+    /// `http_<status>`.
+    public static let documentedErrorCodes: Set<String> = []
+
     /// - Parameter apiKey: the resolved `pnp_...` key; it travels only in the `Authorization` header.
     public init(name: String, config: PushNoticeConfig, apiKey: [UInt8]) {
         self.name = name
@@ -116,8 +121,8 @@ public struct PushNoticeAdapter: UpstreamAdapter {
     }
 
     /// The error code of a refusal: `{"error": {"code": "..."}}`, or `{"error": "..."}` /
-    /// `{"code": "..."}` when that is a short code (lower case, digits, `_ . -`); never free text,
-    /// which might echo a token.
+    /// `{"code": "..."}` when that is a short code (lower case, digits, `_ . -`); never free text.
+    /// Raw provider text: none is documented, so it is only ever shown hashed.
     static func errorCode(_ body: [UInt8]) -> String? {
         if let code = UpstreamJSON.errorCode(body) { return code }
         guard let object = (try? JSONValue.parse(body))?.objectValue else { return nil }

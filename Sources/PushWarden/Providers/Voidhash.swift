@@ -19,7 +19,8 @@ import PWPolicy
 /// - Unregister needs the id: a token PushWarden never registered has nothing to remove. Its
 ///   `404` ("not registered to this distinct ID") is success.
 /// - Registering the token under another distinct ID moves it: a contact change is a register.
-/// - `400` carries `{"_tag", "message"}`; the `_tag` is passed on as `upstream_code`.
+/// - `400` carries `{"_tag", "message"}`; the `_tag` is passed on as `upstream_code` when the
+///   document names it (`documentedErrorCodes`), else as `unknown:<hash>` (`UpstreamErrorCode`).
 public struct VoidhashAdapter: UpstreamAdapter {
     public let name: String
     public let provider = "voidhash"
@@ -34,6 +35,10 @@ public struct VoidhashAdapter: UpstreamAdapter {
     /// Identity keys: the id Voidhash handed back, and the platform the token was registered for.
     static let idKey = "pushDeviceTokenId"
     static let platformKey = "platform"
+
+    /// The only `_tag` seed 000 names: its "Headers" section (a request missing a header fails
+    /// with 400 and this tag); the "Responses" table gives statuses only.
+    public static let documentedErrorCodes: Set<String> = ["Api/SdkValidationError"]
 
     /// - Parameter publishableKey: the resolved key; it travels only in `x-publishable-key`.
     public init(name: String, config: VoidhashConfig, publishableKey: String) {

@@ -13,6 +13,7 @@ import PWPolicy
 /// - `contact_id` is required on register and on every event; PushWarden injects the session's.
 /// - Metadata fields are sent when present (Voyado recommends them though it does not use them yet).
 /// - `400` carries `{"error": {"code": ...}}`; `401` means the key does not match the tenant.
+///   Only the codes of `documentedErrorCodes` are shown as they are (`UpstreamErrorCode`).
 /// - A rotation registers the new token and unregisters the old one (the default retirement).
 public struct VoyadoAdapter: UpstreamAdapter {
     public let name: String
@@ -21,6 +22,12 @@ public struct VoyadoAdapter: UpstreamAdapter {
     public let settingsDigest: String
     let basePath: String
     let authorization: String
+
+    /// Every code in seed 001's error tables: "Failure modes" (`unauthorized`, `invalid_path`) and
+    /// the "Errors" tables of Register installation, Unregister installation and Report events.
+    public static let documentedErrorCodes: Set<String> = [
+        "invalid_json", "invalid_request", "invalid_platform", "unauthorized", "invalid_path", "invalid_event", "invalid_event_type",
+    ]
 
     /// - Parameter apiKey: the resolved PublicApiKey; it travels only in the `Authorization` header.
     public init(name: String, config: VoyadoConfig, apiKey: [UInt8]) {

@@ -11,12 +11,15 @@ public enum UpstreamOperation: String, Sendable {
 /// "try again" in its own document.
 public enum UpstreamVerdict: Sendable, Equatable {
     case accepted
-    /// The provider refused the content; `code` is its own error code when it sent one.
+    /// The provider refused the content; `code` is its own error code, as it sent it, when it
+    /// sent one. It is raw provider text: `UpstreamCaller` passes it through
+    /// `UpstreamErrorCode.shown` before a client or a log line sees it.
     case rejected(code: String?)
     /// The provider refused the sidecar's own credential.
     case authFailed
     /// The provider refused the end user's own credential that PushWarden forwarded (Fluxer's
     /// user session): the client's problem, answered 401 (`forbidden` false) or 403, never 502.
+    /// `code` is raw provider text, as for `rejected`.
     case callerRefused(forbidden: Bool, code: String?)
     /// The identity PushWarden kept for the previous token no longer names a registration the
     /// provider will act on for this caller (Voidhash's 404 on refresh): forget it and register
@@ -65,6 +68,10 @@ public protocol UpstreamAdapter: Sendable {
     var keepsIdentity: Bool { get }
     /// The non-secret settings that shape requests, so that a policy change forwards again.
     var settingsDigest: String { get }
+    /// The error codes the provider's own document lists in its error tables: the only codes of
+    /// the provider's that reach a client's `upstream_code` or a log line as they are (see
+    /// `UpstreamErrorCode`). No default: each provider declares its own, in its own file.
+    static var documentedErrorCodes: Set<String> { get }
 
     /// Whether the provider takes this kind of installation at all (an APNs-only provider skips
     /// web push): false answers `skipped`, with no call.
@@ -128,15 +135,37 @@ extension UpstreamAdapter {
     }
 
     /// The usual reading of an answer: 2xx done, 401/403 our credential, 408/425/429/5xx retry,
-    /// anything else a refusal carrying `code` when the body had one.
+    /// anything else a refusal carrying the body's raw `code` when it had one.
     public func standardVerdict(_ response: HTTPClientResponse, code: (HTTPClientResponse) -> String? = { _ in nil }) -> UpstreamVerdict {
         switch response.status {
         case 200..<300: return .accepted
         case 401, 403: return .authFailed
         case 408, 425, 429, 500...599: return .retry(afterSeconds: retryAfterSeconds(response))
-        default: return .rejected(code: code(response) ?? "http_\(response.status)")
+        default: return .rejected(code: code(response))
         }
     }
+
+    /// What a client and the logs may see of this provider's raw error code.
+    public func shownErrorCode(_ raw: String) -> String {
+        UpstreamErrorCode.shown(raw, documented: Self.documentedErrorCodes)
+    }
+}
+
+/// What of a provider's error code may be shown: its `upstream_code` in a client's answer and the
+/// `upstream_code` of the log line.
+///
+/// A provider may echo its input in its code (a push token, a Web Push key or auth secret), and
+/// no shape filter tells those from codes: a 64-hex APNs token or a base64url secret passes any
+/// character class. So only the codes the provider's document lists pass as they are; anything
+/// else is `unknown:` and the first 8 hex digits of its SHA-256 (the short hash the logs use for
+/// tokens), enough to match an answer to the provider's own logs without revealing it.
+public enum UpstreamErrorCode {
+    public static func shown(_ raw: String, documented: Set<String>) -> String {
+        documented.contains(raw) ? raw : "unknown:" + Redact.shortHash(raw)
+    }
+
+    /// The code of a refusal that carried none: PushWarden's own text, never the provider's.
+    public static func status(_ status: Int) -> String { "http_\(status)" }
 }
 
 /// The bounds on waits that come from outside: a provider's `Retry-After` is saturated before any
@@ -184,7 +213,8 @@ public enum UpstreamJSON {
         return HTTPClientRequest(method: method, url: url, headers: all, body: body?.encoded() ?? [])
     }
 
-    /// `{"error": {"code": "..."}}` → the code, when short and present.
+    /// `{"error": {"code": "..."}}` → the code, when short and present. Raw provider text: it is
+    /// shown only through `UpstreamErrorCode.shown`.
     public static func errorCode(_ body: [UInt8]) -> String? {
         guard let code = (try? JSONValue.parse(body))?.objectValue?["error"]?.objectValue?["code"]?.stringValue,
               !code.isEmpty, code.count <= 64 else { return nil }

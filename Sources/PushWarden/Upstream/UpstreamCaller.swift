@@ -63,10 +63,14 @@ public final class UpstreamCaller: Sendable {
             case .accepted:
                 record(operation, "accepted", since: started)
                 return response ?? HTTPClientResponse(status: 202, headers: [:], body: [])
-            case .rejected(let code):
+            case .rejected(let raw):
                 record(operation, "rejected", since: started)
-                logger.bounded(.warning, "upstream rejected", key: adapter.name + operation.rawValue, [("upstream", adapter.name), ("operation", operation.rawValue),
-                                                     ("status", String(response?.status ?? 0)), ("upstream_code", code ?? "")])
+                // Only a code the provider documents is shown as it is (`UpstreamErrorCode`).
+                let code = raw.map(adapter.shownErrorCode) ?? UpstreamErrorCode.status(response?.status ?? 0)
+                logger.bounded(.warning, "upstream rejected", key: adapter.name + operation.rawValue, [
+                    ("upstream", adapter.name), ("operation", operation.rawValue),
+                    ("status", String(response?.status ?? 0)), ("upstream_code", code),
+                ])
                 throw ContractError(.upstreamRejected, "\(adapter.name) refused the request", upstreamCode: code)
             case .authFailed:
                 record(operation, "auth_failed", since: started)
@@ -74,8 +78,9 @@ public final class UpstreamCaller: Sendable {
                     ("upstream", adapter.name), ("operation", operation.rawValue), ("status", String(response?.status ?? 0)),
                 ])
                 throw ContractError(.upstreamAuthFailed, "the push provider refused this service's credential")
-            case .callerRefused(let forbidden, let code):
+            case .callerRefused(let forbidden, let raw):
                 record(operation, "caller_refused", since: started)
+                let code = raw.map(adapter.shownErrorCode)
                 logger.bounded(.info, "upstream refused the user's own credential", key: adapter.name, [
                     ("upstream", adapter.name), ("operation", operation.rawValue),
                     ("status", String(response?.status ?? 0)), ("upstream_code", code ?? ""),
@@ -84,6 +89,9 @@ public final class UpstreamCaller: Sendable {
                                     forbidden ? "the push provider refused this user's session" : "the push provider did not accept this user's session",
                                     upstreamCode: code)
             case .staleIdentity:
+                // Our own code, from the verdict and never from the provider's text: no provider
+                // documents `stale_identity` (a test checks), so a provider sending it is shown
+                // hashed and cannot trigger this path.
                 record(operation, "stale_identity", since: started)
                 throw ContractError(.upstreamRejected, "\(adapter.name) no longer knows the previous registration",
                                     upstreamCode: Self.staleIdentityCode)
