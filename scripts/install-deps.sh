@@ -4,7 +4,7 @@
 # is present. Swift itself comes with the machine (see README).
 set -euo pipefail
 
-packages=(pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev openssl redis-server nginx-light)
+packages=(pkg-config curl python3 python3-venv libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev openssl redis-server nginx-light)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(wrk)
 fi
