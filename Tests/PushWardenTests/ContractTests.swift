@@ -187,7 +187,7 @@ import Testing
         let keys = try await redis.send(["KEYS", "*"])
         guard case .array(let entries) = keys else { Issue.record("KEYS reply \(keys)"); return }
         let names = entries.compactMap(\.string)
-        #expect(names.contains(DedupeKeys(app: h.app, upstream: "voyado", pushToken: token).entry))
+        #expect(names.contains(RegistrationKeys(app: h.app, upstream: "voyado", pushToken: token).entry))
         #expect(!names.contains { $0.contains(token) })
         for name in names {
             let value = try await redis.send(["GET", name]).string ?? ""

@@ -255,7 +255,7 @@ import Testing
         #expect(String(decoding: request.body, as: UTF8.self)
                     == #"{"token":"\#(token)","platform":"ios","app_version":"1.4.0","locale":"en-US","device_model":"iPhone15,3"}"#)
         #expect(!adapter.keepsIdentity)
-        #expect(!adapter.acceptsEvents)
+        #expect(adapter.eventsRequest([], context: CallContext(contactID: "c")) == nil)
     }
 
     // MARK: Upstream errors

@@ -84,7 +84,7 @@ import Testing
         ]
         for (provider, codes) in lists {
             for code in codes {
-                #expect(code != UpstreamCaller.staleIdentityCode, "\(provider)")
+                #expect(code != "stale_identity", "\(provider)")
                 #expect(!code.hasPrefix("http_") && !code.hasPrefix("unknown:") && !code.isEmpty, "\(provider): \(code)")
             }
         }

@@ -7,6 +7,18 @@ import PWPolicy
 enum ProviderFactory {
     static func make(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
                      logger: Logger) throws(StartupError) -> (any UpstreamAdapter, any UpstreamTransport) {
+        let made = try adapter(upstream, app: app, secrets: secrets, network: network, logger: logger)
+        // One fact, read by `policy explain` and the request path alike: the settings' `takesEvents`.
+        // An adapter that could not build the call it promises is a defect, caught at start.
+        let buildsEvents = made.0.eventsRequest([], context: CallContext(contactID: "-")) != nil
+        guard buildsEvents == upstream.provider.settings.takesEvents else {
+            throw StartupError("app \(app): upstream \(upstream.name): the \(upstream.provider.settings.providerName) adapter and its settings disagree on events")
+        }
+        return made
+    }
+
+    private static func adapter(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
+                                logger: Logger) throws(StartupError) -> (any UpstreamAdapter, any UpstreamTransport) {
         let resolve = SecretLookup(app: app, upstream: upstream.name, secrets: secrets)
         switch upstream.provider {
         case .voyado(let config):

@@ -18,7 +18,6 @@ import PWPolicy
 public struct VoyadoAdapter: UpstreamAdapter {
     public let name: String
     public let provider = "voyado"
-    public let acceptsEvents = true
     public let settingsDigest: String
     let basePath: String
     let authorization: String
@@ -65,7 +64,7 @@ public struct VoyadoAdapter: UpstreamAdapter {
         post("/installations/unregister", .object(JSONObject([JSONMember("push_token", .string(pushToken))])))
     }
 
-    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest {
+    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest? {
         let encoded: [JSONValue] = events.map { event in
             var members: [JSONMember] = [
                 JSONMember("type", .string(event.type.rawValue)),

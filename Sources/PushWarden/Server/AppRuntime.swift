@@ -17,16 +17,16 @@ final class AppRuntime: Sendable {
 
     /// Runs `body` for every upstream, concurrently when there are several, and returns the
     /// outcomes in upstream order.
-    func eachUpstream(_ body: @escaping @Sendable (UpstreamCaller) async -> UpstreamOutcome) async -> [(String, UpstreamOutcome)] {
+    func eachUpstream<Result: Sendable>(_ body: @escaping @Sendable (UpstreamCaller) async -> Result) async -> [(String, Result)] {
         if upstreams.count == 1 {
             let caller = upstreams[0]
             return [(caller.adapter.name, await body(caller))]
         }
-        return await withTaskGroup(of: (Int, UpstreamOutcome).self) { group in
+        return await withTaskGroup(of: (Int, Result).self) { group in
             for (index, caller) in upstreams.enumerated() {
                 group.addTask { (index, await body(caller)) }
             }
-            var results = [(String, UpstreamOutcome)?](repeating: nil, count: upstreams.count)
+            var results = [(String, Result)?](repeating: nil, count: upstreams.count)
             for await (index, outcome) in group {
                 results[index] = (upstreams[index].adapter.name, outcome)
             }
@@ -34,16 +34,26 @@ final class AppRuntime: Sendable {
         }
     }
 
-    /// The client's answer: the primary's failure fails the request; a shadow's failure only
-    /// shows in the `upstreams` map (and in the log and metrics).
+    /// Whether the primary took its part (or had none to take): what decides the client's answer.
+    func primarySucceeded(_ outcomes: [(String, UpstreamOutcome)]) -> Bool {
+        let primaryName = policy.primary?.name
+        return !outcomes.contains { name, outcome in
+            if case .failed = outcome { return name == primaryName }
+            return false
+        }
+    }
+
+    /// The client's answer: the primary's failure fails the request (as the contract's error);
+    /// a shadow's failure only shows in the `upstreams` map (and in the log and metrics).
     func answer(_ outcomes: [(String, UpstreamOutcome)], logger: Logger, requestID: String) throws(ContractError) -> JSONObject {
         let primaryName = policy.primary?.name
         var map = JSONObject()
         for (name, outcome) in outcomes {
-            if case .failed(let error) = outcome {
-                if name == primaryName { throw error }
-                logger.bounded(.warning, "shadow upstream failed", key: policy.id + "\u{0}" + name, [("app", policy.id), ("upstream", name), ("request_id", requestID),
-                                                          ("code", error.code.rawValue)])
+            if case .failed(let failure) = outcome {
+                if name == primaryName { throw failure.contractError }
+                logger.bounded(.warning, "shadow upstream failed", key: policy.id + "\u{0}" + name, [
+                    ("app", policy.id), ("upstream", name), ("request_id", requestID), ("code", failure.code.rawValue),
+                ])
             }
             map[name] = .string(outcome.name)
         }

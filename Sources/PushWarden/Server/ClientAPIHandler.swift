@@ -8,27 +8,27 @@ import PWPolicy
 import SessionAuth
 import Synchronization
 
-/// The whole client request path, top to bottom:
+/// The HTTP edge of the client API, top to bottom:
 ///
-/// 1. `decide` (on a server thread, before the body is read): route, app, method and media type,
-///    and the app's body cap.
-/// 2. `handle` (on Swift concurrency, the connection suspended): authenticate the session, apply
-///    the per-contact rate limit, validate the body against the contract, then register,
-///    unregister or report events at each upstream through dedupe, and answer.
+/// 1. `decide` (on the connection's loop, before the body is read): route, app, method and media
+///    type, and the app's body cap.
+/// 2. `start` (on the same loop, the body read): authenticate the session, apply the
+///    per-contact rate limit and validate the body against the contract; then hand the accepted
+///    request to the `Registrar` (the registration operations beneath this layer) and answer
+///    with its outcomes. A registration every upstream already has is answered on the loop.
 ///
-/// Every refusal is a `ContractError` rendered in the contract's envelope.
+/// Every refusal is a `ContractError` rendered in the contract's envelope; every answer is
+/// counted in metrics here.
 public final class ClientAPIHandler: HTTPHandler {
     let apps: [String: AppRuntime]
-    let deduper: Deduper
-    let identities: IdentityStore
+    let registrar: Registrar
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
 
-    init(apps: [String: AppRuntime], deduper: Deduper, identities: IdentityStore, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
+    init(apps: [String: AppRuntime], registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
         self.apps = apps
-        self.deduper = deduper
-        self.identities = identities
+        self.registrar = registrar
         self.rateLimiter = rateLimiter
         self.metrics = metrics
         self.logger = logger
@@ -79,33 +79,34 @@ public final class ClientAPIHandler: HTTPHandler {
         }
         let plan: RegisterPlan
         do throws(ContractError) {
-            plan = try registerPlan(installation, accepted)
+            plan = try registrar.plan(installation, for: accepted.origin)
         } catch {
             responder.respond(answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
             return
         }
-        plan.lookUp(in: deduper.store, on: loop) { [self] cached in
+        plan.lookUp(in: registrar.deduper.store, on: loop) { [self] cached in
             if let unchanged = plan.outcomesIfUnchanged(cached) {
                 for (name, outcome) in unchanged where outcome.isUnchanged {
                     metrics.dedupeHit(app: accepted.appLabel, upstream: name)
                 }
-                responder.respond(answer(finishRegister(unchanged, installation: installation, accepted),
-                                         app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
+                logger.debug("registered", [("app", accepted.appLabel), ("request_id", requestID),
+                                            ("token", Redact.token(installation.pushToken)),
+                                            ("contact", Redact.contact(accepted.session.contactID))])
+                responder.respond(answer(upstreams(unchanged, accepted), app: accepted.appLabel, route: accepted.routeLabel,
+                                         requestID: requestID))
                 return
             }
-            Task(executorPreference: loop) { [self] in responder.respond(await complete(accepted, plan: plan, cached: cached)) }
+            Task(executorPreference: loop) { [self] in
+                let outcomes = await registrar.register(installation, plan: plan, cached: cached, from: accepted.origin)
+                responder.respond(answer(upstreams(outcomes, accepted), app: accepted.appLabel, route: accepted.routeLabel,
+                                         requestID: requestID))
+            }
         }
     }
 
-    /// The whole request on Swift concurrency (for callers without a loop).
+    /// The server answers every request through `start`.
     public func handle(_ request: HTTPRequest) async -> HTTPResponse {
-        let requestID = RequestID.from(request.head.headers)
-        switch accept(request, requestID: requestID) {
-        case .failure(let refusal):
-            return answer(.failure(refusal.error), app: refusal.app, route: refusal.route, requestID: requestID)
-        case .success(let accepted):
-            return await complete(accepted)
-        }
+        preconditionFailure("ClientAPIHandler answers through start(_:on:responder:)")
     }
 
     /// A request that passed routing, authentication, the rate limit and body validation.
@@ -135,7 +136,9 @@ public final class ClientAPIHandler: HTTPHandler {
 
         var appLabel: String { app.policy.id }
         var routeLabel: String { route.rawValue }
-        var context: CallContext { CallContext(contactID: session.contactID, clientHeaders: headers) }
+        var origin: Registrar.Origin {
+            Registrar.Origin(app: app, context: CallContext(contactID: session.contactID, clientHeaders: headers), requestID: requestID)
+        }
     }
 
     struct Refusal: Error {
@@ -170,25 +173,35 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    /// Forwards an accepted request, on Swift concurrency. For a registration, `plan` and
-    /// `cached` carry what the loop already decided and looked up.
-    private func complete(_ accepted: Accepted, plan: RegisterPlan? = nil, cached: [String??] = []) async -> HTTPResponse {
+    /// An accepted unregister or events batch, on Swift concurrency.
+    private func complete(_ accepted: Accepted) async -> HTTPResponse {
         let result: Result<JSONObject, ContractError>
-        do throws(ContractError) {
-            switch accepted.body {
-            case .register(let installation):
-                let planned: RegisterPlan
-                if let plan { planned = plan } else { planned = try registerPlan(installation, accepted) }
-                result = .success(try await register(installation, plan: planned, cached: cached, accepted))
-            case .unregister(let pushToken):
-                result = .success(try await unregister(pushToken, accepted))
-            case .events(let events):
-                result = .success(try await report(events, accepted))
+        switch accepted.body {
+        case .register(let installation):
+            // `start` registers without coming here; a plan is made once, on the loop.
+            let outcomes: [(String, UpstreamOutcome)]
+            do throws(ContractError) {
+                let plan = try registrar.plan(installation, for: accepted.origin)
+                outcomes = await registrar.register(installation, plan: plan, from: accepted.origin)
+            } catch {
+                return answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
             }
-        } catch {
-            result = .failure(error)
+            result = upstreams(outcomes, accepted)
+        case .unregister(let pushToken):
+            result = upstreams(await registrar.unregister(pushToken, from: accepted.origin), accepted)
+        case .events(let events):
+            result = upstreams(await registrar.report(events, from: accepted.origin), accepted).map { body in
+                var body = body
+                body.members.insert(JSONMember("accepted", .number(String(events.count))), at: 0)
+                return body
+            }
         }
         return answer(result, app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
+    }
+
+    /// The `upstreams` map of a 202, or the primary's failure as the contract's error.
+    private func upstreams(_ outcomes: [(String, UpstreamOutcome)], _ accepted: Accepted) -> Result<JSONObject, ContractError> {
+        Result { () throws(ContractError) in try accepted.app.answer(outcomes, logger: logger, requestID: accepted.requestID) }
     }
 
     /// The 202 with `request_id` first, or the contract's envelope; counted either way.
@@ -283,308 +296,6 @@ public final class ClientAPIHandler: HTTPHandler {
             throw ContractError(.unauthorized, "a valid session is required")
         }
     }
-
-    // MARK: Register
-
-    /// What registering means at each upstream, decided before any lookup: skipped (the
-    /// upstream cannot take this installation), refused by the provider's own rules (a shadow;
-    /// a refusing primary fails the request), or a dedupe entry to look at.
-    struct RegisterPlan: Sendable {
-        enum Step: Sendable {
-            case skip
-            case refused(ContractError)
-            case dedupe(DedupeKeys, fingerprint: String)
-        }
-
-        let steps: [(caller: UpstreamCaller, step: Step)]
-
-        /// Looks every dedupe entry up on `loop`; `completion` gets the cached values (nil where
-        /// there is nothing to look at or the store failed: those are looked at again, or
-        /// forwarded without dedupe, by `Deduper.register`) once all are in, on the loop.
-        func lookUp(in store: any DedupeStore, on loop: EventLoop, completion: @escaping ([String??]) -> Void) {
-            let batch = LookupBatch(count: steps.count, completion: completion)
-            for (index, entry) in steps.enumerated() {
-                guard case .dedupe(let keys, _) = entry.step else { continue }
-                batch.expect()
-                store.peek(keys.entry, on: loop) { result in
-                    switch result {
-                    case .success(let value): batch.deliver(index, .some(value))
-                    case .failure: batch.deliver(index, nil)
-                    }
-                }
-            }
-            batch.sealed()
-        }
-
-        /// Each upstream's outcome when none needs a call (every entry current), else nil.
-        func outcomesIfUnchanged(_ cached: [String??]) -> [(String, UpstreamOutcome)]? {
-            var outcomes: [(String, UpstreamOutcome)] = []
-            outcomes.reserveCapacity(steps.count)
-            for (index, entry) in steps.enumerated() {
-                switch entry.step {
-                case .skip:
-                    outcomes.append((entry.caller.adapter.name, .skipped))
-                case .refused(let error):
-                    outcomes.append((entry.caller.adapter.name, .failed(error)))
-                case .dedupe(_, let fingerprint):
-                    guard index < cached.count, case .some(.some(let value)) = cached[index], value == fingerprint else { return nil }
-                    outcomes.append((entry.caller.adapter.name, .unchanged))
-                }
-            }
-            return outcomes
-        }
-    }
-
-    /// Collects one request's lookups on its loop (loop-confined, never shared).
-    private final class LookupBatch {
-        private var results: [String??]
-        private var outstanding = 1  // the seal
-        private let completion: ([String??]) -> Void
-
-        init(count: Int, completion: @escaping ([String??]) -> Void) {
-            results = Array(repeating: nil, count: count)
-            self.completion = completion
-        }
-
-        func expect() { outstanding += 1 }
-
-        func deliver(_ index: Int, _ value: String??) {
-            results[index] = value
-            arrive()
-        }
-
-        /// All lookups are issued; those answered at once (an in-memory store) already arrived.
-        func sealed() { arrive() }
-
-        private func arrive() {
-            outstanding -= 1
-            if outstanding == 0 { completion(results) }
-        }
-    }
-
-    /// Each provider's own rules first: when the primary would refuse, nothing is forwarded.
-    private func registerPlan(_ installation: Installation, _ accepted: Accepted) throws(ContractError) -> RegisterPlan {
-        let context = accepted.context
-        var steps: [(caller: UpstreamCaller, step: RegisterPlan.Step)] = []
-        steps.reserveCapacity(accepted.app.upstreams.count)
-        for caller in accepted.app.upstreams {
-            let adapter = caller.adapter
-            guard adapter.accepts(installation) else {
-                steps.append((caller, .skip))
-                continue
-            }
-            do throws(ContractError) {
-                try adapter.validate(installation, context: context)
-            } catch {
-                if caller.policy.role == .primary { throw error }
-                steps.append((caller, .refused(error)))
-                continue
-            }
-            let keys = DedupeKeys(app: accepted.app.policy.id, upstream: adapter.name, pushToken: installation.pushToken)
-            let fingerprint = Fingerprint.of(installation, contactID: context.contactID, settings: adapter.settingsDigest)
-            steps.append((caller, .dedupe(keys, fingerprint: fingerprint)))
-        }
-        return RegisterPlan(steps: steps)
-    }
-
-    private func register(_ installation: Installation, plan: RegisterPlan, cached: [String??],
-                          _ accepted: Accepted) async throws(ContractError) -> JSONObject {
-        let context = accepted.context
-        let deduper = self.deduper
-        let identities = self.identities
-        let metrics = self.metrics
-        let refreshAfter = accepted.app.policy.dedupe.refreshAfterSeconds
-        let appID = accepted.app.policy.id
-        var stepByName: [String: (RegisterPlan.Step, String??)] = [:]
-        for (index, entry) in plan.steps.enumerated() {
-            stepByName[entry.caller.adapter.name] = (entry.step, index < cached.count ? cached[index] : nil)
-        }
-        let steps = stepByName
-        let outcomes = await accepted.app.eachUpstream { caller -> UpstreamOutcome in
-            let adapter = caller.adapter
-            guard let (step, cached) = steps[adapter.name] else { return .skipped }
-            let keys: DedupeKeys, fingerprint: String
-            switch step {
-            case .skip: return .skipped
-            case .refused(let error): return .failed(error)
-            case .dedupe(let k, let f): (keys, fingerprint) = (k, f)
-            }
-            do throws(ContractError) {
-                let outcome = try await deduper.register(
-                    keys: keys, fingerprint: fingerprint, refreshAfterSeconds: refreshAfter,
-                    lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached
-                ) { () async throws(ContractError) in
-                    try await Self.forward(installation, context: context, caller: caller, identities: identities, app: appID)
-                }
-                if outcome == .unchanged {
-                    metrics.dedupeHit(app: appID, upstream: adapter.name)
-                    return .unchanged
-                }
-                return .forwarded
-            } catch {
-                return .failed(error)
-            }
-        }
-        let result = finishRegister(outcomes, installation: installation, accepted)
-        if let previous = installation.previousPushToken, case .success = result {
-            let forwarded = Set(outcomes.compactMap { name, outcome in outcome.isForwarded ? name : nil })
-            await retire(previous, replacedBy: installation, context: context, upstreams: forwarded, app: accepted.app,
-                         requestID: accepted.requestID)
-        }
-        return try result.get()
-    }
-
-    /// The answer to a registration once every upstream's outcome is known.
-    private func finishRegister(_ outcomes: [(String, UpstreamOutcome)], installation: Installation,
-                                _ accepted: Accepted) -> Result<JSONObject, ContractError> {
-        let appID = accepted.appLabel
-        let result = Result { () throws(ContractError) in try accepted.app.answer(outcomes, logger: logger, requestID: accepted.requestID) }
-        logger.debug("registered", [("app", appID), ("request_id", accepted.requestID), ("token", Redact.token(installation.pushToken)),
-                                    ("contact", Redact.contact(accepted.session.contactID))])
-        return result
-    }
-
-    /// One registration at one upstream: the identity it handed back before (if it hands any
-    /// back), the call, and the identity to keep.
-    private static func forward(_ installation: Installation, context: CallContext, caller: UpstreamCaller,
-                                identities: IdentityStore, app: String) async throws(ContractError) {
-        let adapter = caller.adapter
-        var identity: UpstreamIdentity?
-        var previous: UpstreamIdentity?
-        if adapter.keepsIdentity {
-            identity = await identities.get(app: app, upstream: adapter.name, pushToken: installation.pushToken)
-            if let previousToken = installation.previousPushToken {
-                previous = await identities.get(app: app, upstream: adapter.name, pushToken: previousToken)
-            }
-        }
-        let request = try adapter.registerRequest(installation, context: context, identity: identity, previous: previous)
-        var response: HTTPClientResponse
-        do throws(ContractError) {
-            response = try await caller.call(request, operation: .register)
-        } catch where error.upstreamCode == UpstreamCaller.staleIdentityCode && previous != nil {
-            // The previous token's identity is no good (moved, or another person's): forget it and
-            // register the new token on its own.
-            if let previousToken = installation.previousPushToken {
-                await identities.delete(app: app, upstream: adapter.name, pushToken: previousToken)
-            }
-            previous = nil
-            let fresh = try adapter.registerRequest(installation, context: context, identity: identity, previous: nil)
-            response = try await caller.call(fresh, operation: .register)
-        }
-        if adapter.keepsIdentity,
-           let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
-            await identities.set(kept, app: app, upstream: adapter.name, pushToken: installation.pushToken)
-            // The token moved (another device, platform or environment): remove what it leaves behind.
-            if let identity, identity != kept,
-               let cleanup = adapter.supersededRequest(pushToken: installation.pushToken, replaced: identity, by: kept, context: context) {
-                _ = try? await caller.call(cleanup, operation: .unregister)
-            }
-        }
-    }
-
-    /// After a rotation the old token is dead: forget it, and let each provider that took the new
-    /// one retire the old one (by default an unregister), best effort.
-    private func retire(_ previous: String, replacedBy installation: Installation, context: CallContext, upstreams: Set<String>,
-                        app: AppRuntime, requestID: String) async {
-        let deduper = self.deduper
-        let identities = self.identities
-        let appID = app.policy.id
-        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            let adapter = caller.adapter
-            guard upstreams.contains(adapter.name) else { return .skipped }
-            await deduper.forget(keys: DedupeKeys(app: appID, upstream: adapter.name, pushToken: previous), app: appID)
-            let identity = adapter.keepsIdentity ? await identities.get(app: appID, upstream: adapter.name, pushToken: previous) : nil
-            var outcome = UpstreamOutcome.skipped
-            if let request = adapter.retireRequest(previousToken: previous, installation: installation, context: context, identity: identity) {
-                do throws(ContractError) {
-                    _ = try await caller.call(request, operation: .unregister)
-                    outcome = .forwarded
-                } catch {
-                    outcome = .failed(error)
-                }
-            }
-            if adapter.keepsIdentity { await identities.delete(app: appID, upstream: adapter.name, pushToken: previous) }
-            return outcome
-        }
-        for (name, outcome) in outcomes {
-            if case .failed(let error) = outcome {
-                logger.bounded(.warning, "could not remove the rotated token", key: appID + "\u{0}" + name, [("app", appID), ("upstream", name), ("request_id", requestID),
-                                                                      ("token", Redact.token(previous)), ("code", error.code.rawValue)])
-            }
-        }
-    }
-
-    // MARK: Unregister
-
-    private func unregister(_ pushToken: String, _ accepted: Accepted) async throws(ContractError) -> JSONObject {
-        let context = accepted.context
-        let app = accepted.app
-        let requestID = accepted.requestID
-        let deduper = self.deduper
-        let identities = self.identities
-        let appID = app.policy.id
-        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            let adapter = caller.adapter
-            await deduper.forget(keys: DedupeKeys(app: appID, upstream: adapter.name, pushToken: pushToken), app: appID)
-            let identity = adapter.keepsIdentity ? await identities.get(app: appID, upstream: adapter.name, pushToken: pushToken) : nil
-            do throws(ContractError) {
-                guard let request = try adapter.unregisterRequest(pushToken: pushToken, context: context, identity: identity) else {
-                    return .skipped
-                }
-                _ = try await caller.call(request, operation: .unregister)
-                if adapter.keepsIdentity { await identities.delete(app: appID, upstream: adapter.name, pushToken: pushToken) }
-                return .forwarded
-            } catch {
-                return .failed(error)
-            }
-        }
-        return try app.answer(outcomes, logger: logger, requestID: requestID)
-    }
-
-    // MARK: Events
-
-    private func report(_ events: [EngagementEvent], _ accepted: Accepted) async throws(ContractError) -> JSONObject {
-        let context = accepted.context
-        let app = accepted.app
-        let requestID = accepted.requestID
-        let outcomes = await app.eachUpstream { caller -> UpstreamOutcome in
-            guard caller.adapter.acceptsEvents else { return .skipped }
-            do throws(ContractError) {
-                _ = try await caller.call(caller.adapter.eventsRequest(events, context: context), operation: .events)
-                return .forwarded
-            } catch {
-                return .failed(error)
-            }
-        }
-        var answer = try app.answer(outcomes, logger: logger, requestID: requestID)
-        answer.members.insert(JSONMember("accepted", .number(String(events.count))), at: 0)
-        return answer
-    }
-}
-
-/// What happened at one upstream for one request.
-enum UpstreamOutcome: Sendable {
-    case forwarded, unchanged, skipped
-    case failed(ContractError)
-
-    var isForwarded: Bool {
-        if case .forwarded = self { return true }
-        return false
-    }
-
-    var isUnchanged: Bool {
-        if case .unchanged = self { return true }
-        return false
-    }
-
-    var name: String {
-        switch self {
-        case .forwarded: return "forwarded"
-        case .unchanged: return "unchanged"
-        case .skipped: return "skipped"
-        case .failed: return "failed"
-        }
-    }
 }
 
 /// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one:
@@ -612,39 +323,6 @@ enum RequestID {
                 return false
             }
         }
-    }
-}
-
-/// The value cached for a registration: a hash of everything PushWarden forwards for it (the
-/// installation as validated, the session's contact, and the upstream's request-shaping
-/// settings), so any change is forwarded again. Identities a provider handed back are not part of
-/// it: they follow from the registration.
-enum Fingerprint {
-    static func of(_ installation: Installation, contactID: String, settings: String) -> String {
-        let m = installation.metadata
-        var material: [UInt8] = []
-        material.reserveCapacity(320)
-        func add(_ part: String?) {
-            // A 0x01 marks absence, so nil and "" differ; 0x00 separates fields.
-            if let part { material.append(contentsOf: part.utf8) } else { material.append(1) }
-            material.append(0)
-        }
-        add(installation.platform.rawValue)
-        add(installation.pushService.rawValue)
-        add(installation.pushToken)
-        add(installation.webPushKeys?.p256dh)
-        add(installation.webPushKeys?.auth)
-        add(installation.environment.rawValue)
-        add(installation.installationID)
-        add(m.appVersion)
-        add(m.osVersion)
-        add(m.deviceModel)
-        add(m.locale)
-        add(m.timezone)
-        add(contactID)
-        add(settings)
-        // The first 16 bytes as hex: the first 32 hex digits of the digest.
-        return Hex.encode(SHA256.hash(material).prefix(16))
     }
 }
 

@@ -2,23 +2,6 @@ import PWCore
 import PWCrypto
 import Synchronization
 
-/// Where dedupe state lives for one (app, upstream, token): a hash, never the raw token.
-public struct DedupeKeys: Sendable, Equatable {
-    public var entry: String
-    public var lock: String
-
-    public init(app: String, upstream: String, pushToken: String) {
-        var material = Array(app.utf8)
-        material.append(0)
-        material.append(contentsOf: upstream.utf8)
-        material.append(0)
-        material.append(contentsOf: pushToken.utf8)
-        let digest = SHA256.hexHash(material)
-        entry = "pw:v1:reg:" + digest
-        lock = "pw:v1:lock:" + digest
-    }
-}
-
 /// The outcome of one upstream for one registration.
 public enum DedupeOutcome: Sendable, Equatable {
     /// The upstream took it; the fingerprint is now cached.
@@ -54,17 +37,18 @@ public struct Deduper: Sendable {
     ///     budget, so that a crashed holder's lock expires and waiters take over.
     ///   - cached: what the entry held when the caller already looked (`peek` on the request's
     ///     loop), so that the lookup is not repeated; nil when it did not look.
-    ///   - forward: the upstream call; its error is rethrown and nothing is cached.
-    public func register(
-        keys: DedupeKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
+    ///   - forward: the upstream call; its error is rethrown and nothing is cached. What it
+    ///     returns comes back with `.forwarded` (nil with `.unchanged`).
+    public func register<Forwarded: Sendable>(
+        keys: RegistrationKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
         cached: String?? = nil,
-        forward: @Sendable () async throws(ContractError) -> Void
-    ) async throws(ContractError) -> DedupeOutcome {
+        forward: @Sendable () async throws(UpstreamFailure) -> Forwarded
+    ) async throws(UpstreamFailure) -> (DedupeOutcome, Forwarded?) {
         // The common case, a hit, costs one GET and nothing else.
         do {
             let current: String?
             if let cached { current = cached } else { current = try await store.get(keys.entry) }
-            if current == fingerprint { return .unchanged }
+            if current == fingerprint { return (.unchanged, nil) }
         } catch {
             return try await forwardDegraded(error, app: app, forward: forward)
         }
@@ -81,10 +65,11 @@ public struct Deduper: Sendable {
             }
             switch attempt {
             case .current:
-                return .unchanged
+                return (.unchanged, nil)
             case .acquired:
-                do {
-                    try await forward()
+                let forwarded: Forwarded
+                do throws(UpstreamFailure) {
+                    forwarded = try await forward()
                 } catch {
                     try? await store.release(keys.lock, owner: owner)
                     throw error
@@ -96,28 +81,27 @@ public struct Deduper: Sendable {
                 } catch {
                     degrade(error, app: app)
                 }
-                return .forwarded
+                return (.forwarded, forwarded)
             case .busy:
                 // Another request holds the lock: wait for it to finish, then look again.
                 if MonotonicClock.nowMillis() >= deadline {
                     // The holder outlived its budget; forwarding twice beats losing a registration.
-                    try await forward()
-                    return .forwarded
+                    return (.forwarded, try await forward())
                 }
                 try? await Task.sleep(for: .milliseconds(pollMillis))
             }
         }
     }
 
-    private func forwardDegraded(_ error: StoreError, app: String,
-                                 forward: @Sendable () async throws(ContractError) -> Void) async throws(ContractError) -> DedupeOutcome {
+    private func forwardDegraded<Forwarded: Sendable>(
+        _ error: StoreError, app: String, forward: @Sendable () async throws(UpstreamFailure) -> Forwarded
+    ) async throws(UpstreamFailure) -> (DedupeOutcome, Forwarded?) {
         degrade(error, app: app)
-        try await forward()
-        return .forwarded
+        return (.forwarded, try await forward())
     }
 
     /// Forgets the token so that the next registration is forwarded.
-    public func forget(keys: DedupeKeys, app: String) async {
+    public func forget(keys: RegistrationKeys, app: String) async {
         do {
             try await store.delete(keys.entry)
         } catch {

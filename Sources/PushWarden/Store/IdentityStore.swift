@@ -1,8 +1,8 @@
 import PWCore
-import PWCrypto
 
 /// Keeps what providers hand back per push token (`UpstreamIdentity`), so the device never has
-/// to. Keys are hashes of (app, upstream, token), like dedupe keys; values are small JSON objects.
+/// to, under `RegistrationKeys.identity` (a hash of app, upstream and token, like the dedupe entry);
+/// values are small JSON objects.
 ///
 /// Identities outlive dedupe entries: a registration unchanged for months must still be
 /// removable. A store failure is logged and treated as "no identity known".
@@ -17,18 +17,10 @@ public struct IdentityStore: Sendable {
         self.logger = logger
     }
 
-    static func key(app: String, upstream: String, pushToken: String) -> String {
-        var material = Array(app.utf8)
-        material.append(0)
-        material.append(contentsOf: upstream.utf8)
-        material.append(0)
-        material.append(contentsOf: pushToken.utf8)
-        return "pw:v1:id:" + SHA256.hexHash(material)
-    }
-
-    public func get(app: String, upstream: String, pushToken: String) async -> UpstreamIdentity? {
+    /// The identity kept under `keys.identity`, if any.
+    public func get(_ keys: RegistrationKeys, upstream: String) async -> UpstreamIdentity? {
         do {
-            guard let raw = try await store.get(Self.key(app: app, upstream: upstream, pushToken: pushToken)),
+            guard let raw = try await store.get(keys.identity),
                   let object = (try? JSONValue.parse(raw))?.objectValue else { return nil }
             var values: [String: String] = [:]
             for member in object.members {
@@ -41,19 +33,18 @@ public struct IdentityStore: Sendable {
         }
     }
 
-    public func set(_ identity: UpstreamIdentity, app: String, upstream: String, pushToken: String) async {
+    public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String) async {
         let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
         do {
-            try await store.set(Self.key(app: app, upstream: upstream, pushToken: pushToken),
-                                JSONValue.object(object).encodedString(), ttlSeconds: Self.ttlSeconds)
+            try await store.set(keys.identity, JSONValue.object(object).encodedString(), ttlSeconds: Self.ttlSeconds)
         } catch {
             logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }
     }
 
-    public func delete(app: String, upstream: String, pushToken: String) async {
+    public func delete(_ keys: RegistrationKeys, upstream: String) async {
         do {
-            try await store.delete(Self.key(app: app, upstream: upstream, pushToken: pushToken))
+            try await store.delete(keys.identity)
         } catch {
             logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }

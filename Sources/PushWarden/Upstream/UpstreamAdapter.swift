@@ -61,8 +61,6 @@ public protocol UpstreamAdapter: Sendable {
     var name: String { get }
     /// The provider's name (`voyado`, ...), for logs.
     var provider: String { get }
-    /// Whether the provider takes engagement events.
-    var acceptsEvents: Bool { get }
     /// Whether the provider hands back an identity that later calls need (`identity(after:)`).
     /// Only then does a registration read or write the identity store.
     var keepsIdentity: Bool { get }
@@ -99,14 +97,16 @@ public protocol UpstreamAdapter: Sendable {
     /// the call that removes the registration left behind, best effort; nil when none is left.
     func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
                            context: CallContext) -> HTTPClientRequest?
-    func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest
+    /// The call that reports `events`; nil (the default) for a provider that takes none. Whether an
+    /// upstream is sent events at all is its policy settings' `takesEvents`, which `policy explain`
+    /// shows too; the factory refuses to start when the two disagree.
+    func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest?
     func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict
     /// The answer the provider gives to a request it accepts, for `dry_run`.
     func emulatedResponse(to request: HTTPClientRequest) -> HTTPClientResponse
 }
 
 extension UpstreamAdapter {
-    public var acceptsEvents: Bool { false }
     public var keepsIdentity: Bool { false }
     public var settingsDigest: String { "" }
 
@@ -123,9 +123,7 @@ extension UpstreamAdapter {
     public func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
                                   context: CallContext) -> HTTPClientRequest? { nil }
 
-    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest {
-        preconditionFailure("\(provider) does not take events; acceptsEvents is false")
-    }
+    public func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest? { nil }
 
     /// The value of a `Retry-After` header given in seconds (RFC 9110 §10.2.3: digits only), HTTP
     /// dates ignored, saturated at `RetryAfter.providerCeilingSeconds` so no later arithmetic on it

@@ -21,9 +21,8 @@ public final class UpstreamCaller: Sendable {
         self.logger = logger
     }
 
-    /// The `upstream_code` of a `.staleIdentity` verdict, which the request path answers by
-    /// registering again without the previous identity.
-    public static let staleIdentityCode = "stale_identity"
+    /// Whether this upstream is sent engagement events: its settings say, as `policy explain` does.
+    public var takesEvents: Bool { policy.provider.settings.takesEvents }
 
     /// The longest one call may take, every attempt and backoff included. Dedupe locks live at
     /// least this long.
@@ -31,9 +30,8 @@ public final class UpstreamCaller: Sendable {
         policy.timeoutMillis * policy.retry.attempts + policy.retry.maxBackoffMillis * (policy.retry.attempts - 1)
     }
 
-    /// - Throws: `upstream_rejected` (422), `upstream_auth_failed` (502) or
-    ///   `upstream_unavailable` (503, with `Retry-After`).
-    public func call(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(ContractError) -> HTTPClientResponse {
+    /// - Throws: why the upstream did not take it; never `.refusedBeforeCall`.
+    public func call(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(UpstreamFailure) -> HTTPClientResponse {
         let deadline = MonotonicClock.nowMillis() + UInt64(budgetMillis)
         var attempt = 0
         var lastRetryAfter: Int?
@@ -71,13 +69,13 @@ public final class UpstreamCaller: Sendable {
                     ("upstream", adapter.name), ("operation", operation.rawValue),
                     ("status", String(response?.status ?? 0)), ("upstream_code", code),
                 ])
-                throw ContractError(.upstreamRejected, "\(adapter.name) refused the request", upstreamCode: code)
+                throw .rejected(upstream: adapter.name, status: response?.status ?? 0, code: code)
             case .authFailed:
                 record(operation, "auth_failed", since: started)
                 logger.bounded(.error, "upstream refused PushWarden's credential: check the policy's secret", key: adapter.name, [
                     ("upstream", adapter.name), ("operation", operation.rawValue), ("status", String(response?.status ?? 0)),
                 ])
-                throw ContractError(.upstreamAuthFailed, "the push provider refused this service's credential")
+                throw .credentialRefused(upstream: adapter.name, status: response?.status ?? 0)
             case .callerRefused(let forbidden, let raw):
                 record(operation, "caller_refused", since: started)
                 let code = raw.map(adapter.shownErrorCode)
@@ -85,16 +83,12 @@ public final class UpstreamCaller: Sendable {
                     ("upstream", adapter.name), ("operation", operation.rawValue),
                     ("status", String(response?.status ?? 0)), ("upstream_code", code ?? ""),
                 ])
-                throw ContractError(forbidden ? .forbidden : .unauthorized,
-                                    forbidden ? "the push provider refused this user's session" : "the push provider did not accept this user's session",
-                                    upstreamCode: code)
+                throw .callerRefused(upstream: adapter.name, forbidden: forbidden, code: code)
             case .staleIdentity:
-                // Our own code, from the verdict and never from the provider's text: no provider
-                // documents `stale_identity` (a test checks), so a provider sending it is shown
-                // hashed and cannot trigger this path.
+                // A case of the verdict, never a provider's text: no code a provider sends can
+                // reach this path.
                 record(operation, "stale_identity", since: started)
-                throw ContractError(.upstreamRejected, "\(adapter.name) no longer knows the previous registration",
-                                    upstreamCode: Self.staleIdentityCode)
+                throw .staleIdentity(upstream: adapter.name)
             case .retry(let afterSeconds):
                 if response != nil { record(operation, "retryable", since: started) }
                 lastRetryAfter = afterSeconds ?? lastRetryAfter
@@ -104,7 +98,7 @@ public final class UpstreamCaller: Sendable {
                 // A provider's wait beyond what is left of the budget means "give up now".
                 guard attempt < policy.retry.attempts, wait < left else {
                     let retryAfter = RetryAfter.forClient(lastRetryAfter ?? (policy.retry.maxBackoffMillis + 999) / 1000)
-                    throw ContractError(.upstreamUnavailable, "\(adapter.name) is unavailable; try again later", retryAfter: retryAfter)
+                    throw .unavailable(upstream: adapter.name, retryAfterSeconds: retryAfter)
                 }
                 try? await Task.sleep(for: .milliseconds(wait))
             }

@@ -1,0 +1,263 @@
+import ClientAPI
+import HTTPClient
+import PWCore
+
+/// The registration operations, beneath the HTTP edge: what registering an installation,
+/// removing a push token and reporting events mean at each upstream of an app (dedupe, the
+/// identities providers hand back, rotation and retirement), with no HTTP request in sight.
+///
+/// The client API calls the whole-request operations (`register`, `unregister`, `report`),
+/// which run every upstream of the app concurrently and return each one's outcome. A caller with
+/// no HTTP context (an outbox worker, an erasure, a sweeper) calls the single-upstream ones
+/// (`register(_:at:)`, `unregister(_:at:)`): the very same code.
+///
+/// Failures stay `UpstreamFailure`s here; only the edge renders them as contract errors.
+final class Registrar: Sendable {
+    let deduper: Deduper
+    let identities: IdentityStore
+    let metrics: Metrics
+    let logger: Logger
+
+    init(deduper: Deduper, identities: IdentityStore, metrics: Metrics, logger: Logger) {
+        self.deduper = deduper
+        self.identities = identities
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// Who asks: the app, the session's contact (and the client's headers, for providers that
+    /// take the user's own credential), and the request id for the log.
+    struct Origin: Sendable {
+        let app: AppRuntime
+        let context: CallContext
+        let requestID: String
+
+        var appID: String { app.policy.id }
+    }
+
+    // MARK: Register
+
+    /// Each provider's own rules first: when the primary would refuse, nothing is forwarded.
+    /// The plan holds every key and fingerprint the registration needs later.
+    ///
+    /// - Throws: the primary's refusal.
+    func plan(_ installation: Installation, for origin: Origin) throws(ContractError) -> RegisterPlan {
+        var steps: [(caller: UpstreamCaller, step: RegisterPlan.Step)] = []
+        steps.reserveCapacity(origin.app.upstreams.count)
+        for caller in origin.app.upstreams {
+            let step = step(installation, at: caller, origin: origin)
+            if caller.policy.role == .primary, case .refused(.refusedBeforeCall(let error)) = step { throw error }
+            steps.append((caller, step))
+        }
+        return RegisterPlan(steps: steps)
+    }
+
+    private func step(_ installation: Installation, at caller: UpstreamCaller, origin: Origin) -> RegisterPlan.Step {
+        let adapter = caller.adapter
+        guard adapter.accepts(installation) else { return .skip }
+        do throws(ContractError) {
+            try adapter.validate(installation, context: origin.context)
+        } catch {
+            return .refused(.refusedBeforeCall(error))
+        }
+        return .dedupe(RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: installation.pushToken),
+                       fingerprint: Fingerprint.of(installation, contactID: origin.context.contactID, settings: adapter.settingsDigest))
+    }
+
+    /// Registers `installation` at every upstream of the plan, through dedupe; `cached` holds what
+    /// the request's loop already looked up (one value per step, or none). After a rotation that
+    /// the primary took, the previous token is retired where the new one was forwarded.
+    func register(_ installation: Installation, plan: RegisterPlan, cached: [String??] = [],
+                  from origin: Origin) async -> [(String, UpstreamOutcome)] {
+        var stepByName: [String: (RegisterPlan.Step, String??)] = [:]
+        for (index, entry) in plan.steps.enumerated() {
+            stepByName[entry.caller.adapter.name] = (entry.step, index < cached.count ? cached[index] : nil)
+        }
+        let steps = stepByName
+        let results = await origin.app.eachUpstream { [self] caller -> (UpstreamOutcome, Retirement?) in
+            guard let (step, cached) = steps[caller.adapter.name] else { return (.skipped, nil) }
+            switch step {
+            case .skip: return (.skipped, nil)
+            case .refused(let failure): return (.failed(failure), nil)
+            case .dedupe(let keys, let fingerprint):
+                return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin)
+            }
+        }
+        let outcomes = results.map { name, result in (name, result.0) }
+        logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(installation.pushToken)),
+                                    ("contact", Redact.contact(origin.context.contactID))])
+        if let previous = installation.previousPushToken, origin.app.primarySucceeded(outcomes) {
+            var retirements: [String: Retirement] = [:]
+            for (name, result) in results { retirements[name] = result.1 }
+            await retire(previous, replacedBy: installation, retirements: retirements, origin: origin)
+        }
+        return outcomes
+    }
+
+    /// One registration at one upstream, through dedupe: forwarded at most once per change,
+    /// however many replicas and requests carry it at once.
+    func register(_ installation: Installation, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
+        switch step(installation, at: caller, origin: origin) {
+        case .dedupe(let keys, let fingerprint):
+            return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil, origin: origin).0
+        case .refused(let failure):
+            return .failed(failure)
+        case .skip:
+            return .skipped
+        }
+    }
+
+    /// What a rotation needs to retire the previous token at an upstream that took the new one.
+    struct Retirement: Sendable {
+        let keys: RegistrationKeys
+        /// The previous token's identity as the forward left it (nil after a stale one was dropped).
+        let identity: UpstreamIdentity?
+    }
+
+    private func register(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
+                          cached: String??, origin: Origin) async -> (UpstreamOutcome, Retirement?) {
+        let appID = origin.appID
+        do throws(UpstreamFailure) {
+            let (outcome, retirement) = try await deduper.register(
+                keys: keys, fingerprint: fingerprint, refreshAfterSeconds: origin.app.policy.dedupe.refreshAfterSeconds,
+                lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached
+            ) { [self] () async throws(UpstreamFailure) -> Retirement? in
+                try await forward(installation, keys: keys, at: caller, context: origin.context, app: appID)
+            }
+            if outcome == .unchanged {
+                metrics.dedupeHit(app: appID, upstream: caller.adapter.name)
+                return (.unchanged, nil)
+            }
+            return (.forwarded, retirement ?? nil)
+        } catch {
+            return (.failed(error), nil)
+        }
+    }
+
+    /// The call itself: the identity the provider handed back before (if it hands any back), the
+    /// call, and the identity to keep. Returns what retiring the previous token needs, after a
+    /// rotation.
+    private func forward(_ installation: Installation, keys: RegistrationKeys, at caller: UpstreamCaller, context: CallContext,
+                         app: String) async throws(UpstreamFailure) -> Retirement? {
+        let adapter = caller.adapter
+        let previousKeys = installation.previousPushToken.map { RegistrationKeys(app: app, upstream: adapter.name, pushToken: $0) }
+        var identity: UpstreamIdentity?
+        var previous: UpstreamIdentity?
+        if adapter.keepsIdentity {
+            identity = await identities.get(keys, upstream: adapter.name)
+            if let previousKeys { previous = await identities.get(previousKeys, upstream: adapter.name) }
+        }
+        let request: HTTPClientRequest
+        do throws(ContractError) {
+            request = try adapter.registerRequest(installation, context: context, identity: identity, previous: previous)
+        } catch {
+            throw .refusedBeforeCall(error)
+        }
+        var response: HTTPClientResponse
+        do throws(UpstreamFailure) {
+            response = try await caller.call(request, operation: .register)
+        } catch .staleIdentity where previous != nil {
+            // The previous token's identity is no good (moved, or another person's): forget it and
+            // register the new token on its own.
+            if let previousKeys { await identities.delete(previousKeys, upstream: adapter.name) }
+            previous = nil
+            let fresh: HTTPClientRequest
+            do throws(ContractError) {
+                fresh = try adapter.registerRequest(installation, context: context, identity: identity, previous: nil)
+            } catch {
+                throw .refusedBeforeCall(error)
+            }
+            response = try await caller.call(fresh, operation: .register)
+        }
+        if adapter.keepsIdentity,
+           let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
+            await identities.set(kept, keys, upstream: adapter.name)
+            // The token moved (another device, platform or environment): remove what it leaves behind.
+            if let identity, identity != kept,
+               let cleanup = adapter.supersededRequest(pushToken: installation.pushToken, replaced: identity, by: kept, context: context) {
+                _ = try? await caller.call(cleanup, operation: .unregister)
+            }
+        }
+        return previousKeys.map { Retirement(keys: $0, identity: previous) }
+    }
+
+    /// After a rotation the old token is dead: forget it, and let each provider that took the new
+    /// one retire the old one (by default an unregister), best effort.
+    private func retire(_ previous: String, replacedBy installation: Installation, retirements: [String: Retirement],
+                        origin: Origin) async {
+        let byName = retirements
+        let appID = origin.appID
+        let outcomes = await origin.app.eachUpstream { [self] caller -> UpstreamOutcome in
+            let adapter = caller.adapter
+            guard let retirement = byName[adapter.name] else { return .skipped }
+            await deduper.forget(keys: retirement.keys, app: appID)
+            var outcome = UpstreamOutcome.skipped
+            if let request = adapter.retireRequest(previousToken: previous, installation: installation, context: origin.context,
+                                                   identity: retirement.identity) {
+                do throws(UpstreamFailure) {
+                    _ = try await caller.call(request, operation: .unregister)
+                    outcome = .forwarded
+                } catch {
+                    outcome = .failed(error)
+                }
+            }
+            if adapter.keepsIdentity { await identities.delete(retirement.keys, upstream: adapter.name) }
+            return outcome
+        }
+        for (name, outcome) in outcomes {
+            if case .failed(let failure) = outcome {
+                logger.bounded(.warning, "could not remove the rotated token", key: appID + "\u{0}" + name, [
+                    ("app", appID), ("upstream", name), ("request_id", origin.requestID),
+                    ("token", Redact.token(previous)), ("code", failure.code.rawValue),
+                ])
+            }
+        }
+    }
+
+    // MARK: Unregister
+
+    /// Forgets the token and removes it at every upstream of the app.
+    func unregister(_ pushToken: String, from origin: Origin) async -> [(String, UpstreamOutcome)] {
+        await origin.app.eachUpstream { [self] caller in await unregister(pushToken, at: caller, from: origin) }
+    }
+
+    /// Forgets the token at one upstream and removes it there, by the identity that upstream
+    /// handed back when it needs one (`skipped` when none was kept).
+    func unregister(_ pushToken: String, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
+        let adapter = caller.adapter
+        let keys = RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: pushToken)
+        await deduper.forget(keys: keys, app: origin.appID)
+        let identity = adapter.keepsIdentity ? await identities.get(keys, upstream: adapter.name) : nil
+        let request: HTTPClientRequest
+        do throws(ContractError) {
+            guard let built = try adapter.unregisterRequest(pushToken: pushToken, context: origin.context, identity: identity) else {
+                return .skipped
+            }
+            request = built
+        } catch {
+            return .failed(.refusedBeforeCall(error))
+        }
+        do throws(UpstreamFailure) {
+            _ = try await caller.call(request, operation: .unregister)
+        } catch {
+            return .failed(error)
+        }
+        if adapter.keepsIdentity { await identities.delete(keys, upstream: adapter.name) }
+        return .forwarded
+    }
+
+    // MARK: Events
+
+    /// Reports `events` to every upstream whose settings take events.
+    func report(_ events: [EngagementEvent], from origin: Origin) async -> [(String, UpstreamOutcome)] {
+        await origin.app.eachUpstream { caller -> UpstreamOutcome in
+            guard caller.takesEvents, let request = caller.adapter.eventsRequest(events, context: origin.context) else { return .skipped }
+            do throws(UpstreamFailure) {
+                _ = try await caller.call(request, operation: .events)
+                return .forwarded
+            } catch {
+                return .failed(error)
+            }
+        }
+    }
+}

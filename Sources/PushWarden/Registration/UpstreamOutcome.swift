@@ -1,0 +1,25 @@
+/// What happened at one upstream for one operation.
+public enum UpstreamOutcome: Sendable, Equatable {
+    case forwarded, unchanged, skipped
+    case failed(UpstreamFailure)
+
+    public var isForwarded: Bool {
+        if case .forwarded = self { return true }
+        return false
+    }
+
+    public var isUnchanged: Bool {
+        if case .unchanged = self { return true }
+        return false
+    }
+
+    /// The outcome's name in a client's `upstreams` map.
+    public var name: String {
+        switch self {
+        case .forwarded: return "forwarded"
+        case .unchanged: return "unchanged"
+        case .skipped: return "skipped"
+        case .failed: return "failed"
+        }
+    }
+}
