@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Loops
+import PushWardenTestSupport
 import PWCore
 import Synchronization
 import Testing
