@@ -106,7 +106,10 @@ struct MHD_Daemon *pw_mhd_start_external(const struct pw_mhd_settings *settings,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, settings->per_ip_connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, settings->connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, settings->connection_memory_limit,
-        MHD_OPTION_STRICT_FOR_CLIENT, (int) 1,
+        /* 0, not 1: at 1, MHD answers a missing Host with its own HTML page and closes a target
+         * with a space without any answer; the wrapper checks both itself (RequestFraming) and
+         * answers in the contract's envelope. Nothing else in 0.9.75 depends on the level. */
+        MHD_OPTION_STRICT_FOR_CLIENT, (int) 0,
         MHD_OPTION_END);
     if (NULL == daemon) {
         *errno_out = errno;

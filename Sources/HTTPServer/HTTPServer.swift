@@ -15,6 +15,17 @@ import Synchronization
 /// looked up and answered without ever leaving its thread.
 /// Connections are kept alive unless a response says `Connection: close`.
 ///
+/// A head that a proxy in front could frame or read differently (`RequestFraming`) gets the
+/// handler's `refuse` answer and the connection closed. Some answers stay libmicrohttpd 0.9.75's
+/// own (a short HTML page, no handler call, connection closed), because it sends them from
+/// inside its parser, before any callback that could answer runs, and offers no hook to replace
+/// them: 414 (request line over the connection memory), 505 (HTTP major version not 1) and 400
+/// for a version string that is not `HTTP/d.d`, both checked before the URI-log callback; 431
+/// (header block over the connection memory); 400 for a field line without a colon; 400 (413
+/// when it overflows) for a Content-Length that is not all digits, a comma list included; 400
+/// for malformed chunk framing in a body. A request line without a target or version is closed
+/// without an answer.
+///
 /// Ownership: the server owns its loops, daemons and listening sockets and stops them exactly
 /// once, in `shutdown` or, failing that, in `deinit`. Thread-safe.
 public final class HTTPServer: Sendable {

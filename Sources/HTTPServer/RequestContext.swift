@@ -61,8 +61,9 @@ final class RequestContext: Sendable {
     }
 
     /// One access-handler call. `uploadSize` is MHD's `*upload_data_size`: set to 0 to consume.
-    func access(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
-        switch step(method: method, uploadData: uploadData, uploadSize: uploadSize) {
+    func access(method: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
+                uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+        switch step(method: method, version: version, uploadData: uploadData, uploadSize: uploadSize) {
         case .answer(let result):
             return result
         case .start(let request):
@@ -86,11 +87,19 @@ final class RequestContext: Sendable {
         }
     }
 
-    private func step(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> Step {
+    private func step(method: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
+                      uploadSize: UnsafeMutablePointer<Int>) -> Step {
         state.withLock { s -> Step in
             switch s.phase {
             case .head:
                 s.head = Self.makeHead(connection: s.connection.pointer, method: method, rawTarget: s.rawTarget)
+                if let refusal = RequestFraming.refusal(connection: s.connection.pointer, method: method, version: version,
+                                                        head: s.head, rawTargetLength: s.rawTarget.utf8.count) {
+                    // Queued before any body byte is read: MHD closes the connection after it,
+                    // and nothing after this head is read as a request.
+                    s.phase = .done
+                    return .answer(queue(core.handler.refuse(s.head, refusal), on: s.connection.pointer, forceClose: true))
+                }
                 switch core.handler.decide(s.head) {
                 case .respond(let response):
                     guard Self.announcesBody(s.head.headers) else {

@@ -65,7 +65,7 @@ func accessHandler(
 ) -> MHD_Result {
     guard let method, let uploadDataSize, let pointer = requestContext?.pointee else { return .NO }
     let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue()
-    return context.access(method: method, uploadData: uploadData, uploadSize: uploadDataSize)
+    return context.access(method: method, version: version, uploadData: uploadData, uploadSize: uploadDataSize)
 }
 
 /// MHD_RequestCompletedCallback: releases the reference taken in `requestStarted`.
