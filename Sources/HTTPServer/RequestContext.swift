@@ -46,12 +46,15 @@ final class RequestContext: Sendable {
     }
 
     let daemon: DaemonContext
+    /// The connection this request came on (nil only if MHD had no socket context for it).
+    let tracked: TrackedConnection?
     var core: ServerCore { daemon.core }
     var loop: EventLoop { daemon.loop }
     private let state: Mutex<State>
 
-    init(daemon: DaemonContext, connection: OpaquePointer, rawTarget: String) {
+    init(daemon: DaemonContext, connection: OpaquePointer, tracked: TrackedConnection?, rawTarget: String) {
         self.daemon = daemon
+        self.tracked = tracked
         self.state = Mutex(State(connection: MHDConnection(connection), rawTarget: rawTarget))
     }
 
@@ -92,6 +95,8 @@ final class RequestContext: Sendable {
         state.withLock { s -> Step in
             switch s.phase {
             case .head:
+                // The head is complete: its deadline no longer applies.
+                if let tracked { daemon.heads.remove(tracked) }
                 s.head = Self.makeHead(connection: s.connection.pointer, method: method, rawTarget: s.rawTarget)
                 if let refusal = RequestFraming.refusal(connection: s.connection.pointer, method: method, version: version,
                                                         head: s.head, rawTargetLength: s.rawTarget.utf8.count) {

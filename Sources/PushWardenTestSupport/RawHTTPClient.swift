@@ -127,6 +127,21 @@ public final class RawHTTPClient {
         }
     }
 
+    /// Waits up to `milliseconds` for the server to do something: true when it closed the
+    /// connection, false when it sent bytes (kept for `readResponse`), nil when it did neither.
+    public func waitForClose(milliseconds: Int32) -> Bool? {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&entry, 1, milliseconds) > 0 else { return nil }
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if n > 0 {
+            buffer += chunk.prefix(n)
+            return false
+        }
+        if n == 0 || errno == ECONNRESET { return true }
+        return nil
+    }
+
     private func fill(until complete: ([UInt8]) -> Int?) throws -> Int {
         while true {
             if let index = complete(buffer) { return index }
