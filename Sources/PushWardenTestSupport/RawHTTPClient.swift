@@ -20,6 +20,11 @@ public final class RawHTTPClient {
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
         public var errnoValue: Int32 = 0
+
+        public init(description: String, errnoValue: Int32 = 0) {
+            self.description = description
+            self.errnoValue = errnoValue
+        }
     }
 
     private let fd: Int32
