@@ -31,6 +31,14 @@ if CommandLine.arguments.dropFirst().first == "policy" {
     exit(0)
 }
 
+if CommandLine.arguments.dropFirst().first == "slowloris" {
+    do { try runSlowloris() } catch {
+        FileHandle.standardError.write(Data("slowloris failed: \(error)\n".utf8))
+        exit(1)
+    }
+    exit(0)
+}
+
 if CommandLine.arguments.dropFirst().first == "profile" {
     do { try runProfile() } catch {
         FileHandle.standardError.write(Data("profile failed: \(error)\n".utf8))

@@ -15,6 +15,17 @@ import Synchronization
 /// looked up and answered without ever leaving its thread.
 /// Connections are kept alive unless a response says `Connection: close`.
 ///
+/// A head that a proxy in front could frame or read differently (`RequestFraming`) gets the
+/// handler's `refuse` answer and the connection closed. Some answers stay libmicrohttpd 0.9.75's
+/// own (a short HTML page, no handler call, connection closed), because it sends them from
+/// inside its parser, before any callback that could answer runs, and offers no hook to replace
+/// them: 414 (request line over the connection memory), 505 (HTTP major version not 1) and 400
+/// for a version string that is not `HTTP/d.d`, both checked before the URI-log callback; 431
+/// (header block over the connection memory); 400 for a field line without a colon; 400 (413
+/// when it overflows) for a Content-Length that is not all digits, a comma list included; 400
+/// for malformed chunk framing in a body. A request line without a target or version is closed
+/// without an answer.
+///
 /// Ownership: the server owns its loops, daemons and listening sockets and stops them exactly
 /// once, in `shutdown` or, failing that, in `deinit`. Thread-safe.
 public final class HTTPServer: Sendable {
@@ -35,7 +46,7 @@ public final class HTTPServer: Sendable {
     ///   literal, or when a loop cannot start (port in use, thread creation failed).
     public init(configuration: HTTPServerConfiguration, handler: some HTTPHandler) throws(HTTPServerError) {
         try configuration.validate()
-        let core = ServerCore(handler: handler)
+        let core = ServerCore(handler: handler, connectionsPerAddress: configuration.perAddressConnectionLimit)
         var loops: [ServerLoop] = []
         let guardSocket = try ServerLoop.listenSocket(configuration.host, port: configuration.port, guard: true)
         defer { close(guardSocket) }
@@ -93,6 +104,9 @@ public final class HTTPServer: Sendable {
     /// Requests between their request line and MHD's completion notice. For tests.
     var activeRequestCount: Int { core.activeRequests.load(ordering: .acquiring) }
 
+    /// Client addresses holding a connection place. For tests.
+    var trackedAddressCount: Int { core.addresses.addressCount }
+
     private func stopLoops() {
         // MHD_stop_daemon panics on a suspended connection, so wake every one first.
         core.resumeAllForStop()
@@ -100,17 +114,29 @@ public final class HTTPServer: Sendable {
     }
 }
 
-/// What every callback of one daemon needs: the server's shared core and the loop the daemon
-/// runs on. `needsRun` is loop-confined (hence `@unchecked`): set when a connection was resumed,
-/// so that the loop runs the daemon at the end of its turn.
+/// What every callback of one daemon needs: the server's shared core, the loop the daemon
+/// runs on and the loop's head deadlines. The mutable state is loop-confined (hence
+/// `@unchecked`): `needsRun` is set when a connection was resumed (or ended), so that the loop
+/// runs the daemon at the end of its turn; `pendingAddress` is the address place reserved for
+/// the connection MHD is accepting, until its "started" notice takes it.
 final class DaemonContext: @unchecked Sendable {
     let core: ServerCore
     let loop: EventLoop
+    let heads: HeadDeadlines
     var needsRun = false
+    var pendingAddress: AddressKey?
 
-    init(core: ServerCore, loop: EventLoop) {
+    init(core: ServerCore, loop: EventLoop, headTimeoutSeconds: Double) {
         self.core = core
         self.loop = loop
+        self.heads = HeadDeadlines(timeout: UInt64(headTimeoutSeconds * 1_000_000_000))
+    }
+
+    /// Gives back a reservation no connection took (MHD dropped the connection after accepting).
+    func releasePendingAddress() {
+        guard let address = pendingAddress else { return }
+        pendingAddress = nil
+        core.addresses.release(address)
     }
 }
 
@@ -148,21 +174,22 @@ final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Senda
         self.listenSocket = socket
         self.port = Int(pw_socket_port(socket))
 
-        // Limits are per daemon: a loop takes its share of the connection limit. The per-IP
-        // limit applies per loop as well (a client spread over several loops may exceed it).
+        // The connection limit is per daemon: a loop takes its share. The per-address limit is
+        // counted over every loop, by the shared AddressLimiter (MHD's own per-IP limit, per
+        // daemon, is not used).
         let loops = configuration.threads
         let perLoopLimit = (configuration.connectionLimit + loops - 1) / loops
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_TURBO.rawValue
         if isIPv6 { flags |= MHD_USE_IPv6.rawValue }
         var startErrno: Int32 = 0
-        let context = DaemonContext(core: core, loop: loop)
+        let context = DaemonContext(core: core, loop: loop, headTimeoutSeconds: configuration.headTimeoutSeconds)
         // The daemon's own reference to its context, released after MHD_stop_daemon.
         let contextPointer = Unmanaged.passRetained(context).toOpaque()
         var settings = pw_mhd_settings(
             flags: flags, listen_fd: socket, cls: contextPointer,
             access_cb: accessHandler, completed_cb: requestCompleted, uri_log_cb: requestStarted,
+            accept_cb: acceptPolicy, connection_cb: connectionNotified,
             connection_limit: UInt32(perLoopLimit),
-            per_ip_connection_limit: UInt32(configuration.perIPConnectionLimit),
             connection_timeout_seconds: UInt32(configuration.connectionTimeoutSeconds),
             connection_memory_limit: configuration.connectionMemoryLimit)
         let daemon = pw_mhd_start_external(&settings, &startErrno)
@@ -209,17 +236,27 @@ final class ServerLoop: LoopDescriptorHandler, LoopParticipant, @unchecked Senda
     func descriptorReady(readable: Bool, writable: Bool) { run() }
 
     func turnEnded(now: UInt64) {
-        if context.needsRun || (deadline.map { now >= $0 } ?? false) { run() }
+        if context.needsRun || (deadline.map { now >= $0 } ?? false) || (context.heads.nextDeadline.map { now >= $0 } ?? false) {
+            run()
+        }
     }
 
     /// Now when a connection was resumed after this turn's `turnEnded` (by a later participant),
-    /// so the loop does not sleep on it.
-    var nextDeadline: UInt64? { context.needsRun ? 0 : deadline }
+    /// so the loop does not sleep on it; else the earlier of MHD's timeout and the oldest head's
+    /// deadline.
+    var nextDeadline: UInt64? {
+        if context.needsRun { return 0 }
+        guard let heads = context.heads.nextDeadline else { return deadline }
+        return min(deadline ?? heads, heads)
+    }
 
     private func run() {
         guard !daemonStopped else { return }
         context.needsRun = false
         _ = MHD_run(daemon)
+        context.releasePendingAddress()
+        // Heads overdue are ended; MHD closes them on its next run, right after this turn.
+        if context.heads.sweep(now: EventLoop.now()) > 0 { context.needsRun = true }
         let millis = pw_mhd_timeout_millis(daemon)
         deadline = millis < 0 ? nil : EventLoop.now() + UInt64(millis) * 1_000_000
     }

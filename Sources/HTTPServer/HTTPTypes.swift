@@ -63,6 +63,10 @@ public protocol HTTPHandler: Sendable {
     func decide(_ head: HTTPRequestHead) -> HeadDecision
     /// The 413 response for a body over the limit (sent with Connection: close).
     func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse
+    /// The response to a request the server refuses before `decide` (sent with Connection:
+    /// close, the connection then closed): `refusal.status` with its message. `head` is what was
+    /// parsed, headers included. The default is a plain-text body.
+    func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse
     /// Starts handling a complete request on the loop that read it. Answer through `responder`
     /// exactly once, from any thread: before returning when the answer is at hand (the cheapest
     /// case: the connection is never suspended), or later. Must not block the loop.
@@ -74,6 +78,10 @@ public protocol HTTPHandler: Sendable {
 }
 
 extension HTTPHandler {
+    public func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
+        HTTPResponse(status: refusal.status, headers: ["Content-Type": "text/plain"], body: Array((refusal.message + "\n").utf8))
+    }
+
     public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
         Task { responder.respond(await handle(request)) }
     }
@@ -97,4 +105,32 @@ public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
     public init(message: String) { self.message = message }
 
     public var description: String { "HTTPServerError: \(message)" }
+}
+
+/// Why the server refused a request before its handler saw it: a head that a proxy in front
+/// could read differently (framing, syntax). Such a request is answered with the handler's
+/// `refuse` response and the connection is closed.
+public struct HTTPRefusal: Sendable, Equatable {
+    public enum Reason: String, Sendable {
+        /// Line endings other than CRLF, obs-fold, a bad field name or value, a bad request line.
+        case malformedHead
+        /// Both Content-Length and Transfer-Encoding, or Content-Lengths that disagree.
+        case conflictingFraming
+        /// A Transfer-Encoding other than exactly `chunked` (answered 501).
+        case unsupportedTransferEncoding
+        /// No Host in an HTTP/1.1 request, or more than one.
+        case badHost
+    }
+
+    public var reason: Reason
+    /// 400, or 501 for an unsupported transfer coding.
+    public var status: Int
+    /// Says what was wrong without echoing the request; safe to show the client.
+    public var message: String
+
+    public init(_ reason: Reason, status: Int = 400, _ message: String) {
+        self.reason = reason
+        self.status = status
+        self.message = message
+    }
 }

@@ -46,12 +46,15 @@ final class RequestContext: Sendable {
     }
 
     let daemon: DaemonContext
+    /// The connection this request came on (nil only if MHD had no socket context for it).
+    let tracked: TrackedConnection?
     var core: ServerCore { daemon.core }
     var loop: EventLoop { daemon.loop }
     private let state: Mutex<State>
 
-    init(daemon: DaemonContext, connection: OpaquePointer, rawTarget: String) {
+    init(daemon: DaemonContext, connection: OpaquePointer, tracked: TrackedConnection?, rawTarget: String) {
         self.daemon = daemon
+        self.tracked = tracked
         self.state = Mutex(State(connection: MHDConnection(connection), rawTarget: rawTarget))
     }
 
@@ -61,8 +64,9 @@ final class RequestContext: Sendable {
     }
 
     /// One access-handler call. `uploadSize` is MHD's `*upload_data_size`: set to 0 to consume.
-    func access(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
-        switch step(method: method, uploadData: uploadData, uploadSize: uploadSize) {
+    func access(method: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
+                uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+        switch step(method: method, version: version, uploadData: uploadData, uploadSize: uploadSize) {
         case .answer(let result):
             return result
         case .start(let request):
@@ -86,11 +90,21 @@ final class RequestContext: Sendable {
         }
     }
 
-    private func step(method: UnsafePointer<CChar>, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> Step {
+    private func step(method: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
+                      uploadSize: UnsafeMutablePointer<Int>) -> Step {
         state.withLock { s -> Step in
             switch s.phase {
             case .head:
+                // The head is complete: its deadline no longer applies.
+                if let tracked { daemon.heads.remove(tracked) }
                 s.head = Self.makeHead(connection: s.connection.pointer, method: method, rawTarget: s.rawTarget)
+                if let refusal = RequestFraming.refusal(connection: s.connection.pointer, method: method, version: version,
+                                                        head: s.head, rawTargetLength: s.rawTarget.utf8.count) {
+                    // Queued before any body byte is read: MHD closes the connection after it,
+                    // and nothing after this head is read as a request.
+                    s.phase = .done
+                    return .answer(queue(core.handler.refuse(s.head, refusal), on: s.connection.pointer, forceClose: true))
+                }
                 switch core.handler.decide(s.head) {
                 case .respond(let response):
                     guard Self.announcesBody(s.head.headers) else {

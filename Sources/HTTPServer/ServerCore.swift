@@ -1,4 +1,5 @@
 import CMicroHTTPD
+import Loops
 import Synchronization
 
 /// What every loop of one server shares: the handler, the count of live requests and the
@@ -10,11 +11,16 @@ final class ServerCore: Sendable {
     }
 
     let handler: any HTTPHandler
+    /// Connections per client address, over every loop.
+    let addresses: AddressLimiter
     let activeRequests = Atomic<Int>(0)
     private let draining = Atomic<Bool>(false)
     private let registry = Mutex(Registry())
 
-    init(handler: any HTTPHandler) { self.handler = handler }
+    init(handler: any HTTPHandler, connectionsPerAddress: Int) {
+        self.handler = handler
+        self.addresses = AddressLimiter(limit: connectionsPerAddress)
+    }
 
     var isDraining: Bool { draining.load(ordering: .relaxed) }
 
@@ -52,7 +58,8 @@ func requestStarted(cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?, c
     guard let cls, let connection else { return nil }
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     daemon.core.activeRequests.add(1, ordering: .relaxed)
-    let context = RequestContext(daemon: daemon, connection: connection, rawTarget: uri.map { String(cString: $0) } ?? "")
+    let context = RequestContext(daemon: daemon, connection: connection, tracked: trackedConnection(connection),
+                                 rawTarget: uri.map { String(cString: $0) } ?? "")
     return Unmanaged.passRetained(context).toOpaque()
 }
 
@@ -65,10 +72,11 @@ func accessHandler(
 ) -> MHD_Result {
     guard let method, let uploadDataSize, let pointer = requestContext?.pointee else { return .NO }
     let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue()
-    return context.access(method: method, uploadData: uploadData, uploadSize: uploadDataSize)
+    return context.access(method: method, version: version, uploadData: uploadData, uploadSize: uploadDataSize)
 }
 
-/// MHD_RequestCompletedCallback: releases the reference taken in `requestStarted`.
+/// MHD_RequestCompletedCallback: releases the reference taken in `requestStarted`; the
+/// connection now waits for its next head (if it stays open; else "closed" follows).
 func requestCompleted(
     cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
     requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, reason: MHD_RequestTerminationCode
@@ -76,5 +84,6 @@ func requestCompleted(
     guard let requestContext, let pointer = requestContext.pointee else { return }
     requestContext.pointee = nil
     let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
+    if let tracked = context.tracked { context.daemon.heads.awaitHead(tracked, now: EventLoop.now()) }
     context.core.activeRequests.subtract(1, ordering: .releasing)
 }

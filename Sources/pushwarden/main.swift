@@ -12,12 +12,14 @@ import PushWarden
 let usage = """
     usage:
       pushwarden serve --policy FILE [--listen HOST:PORT] [--admin HOST:PORT] [--redis URL] [--log-level LEVEL] [--threads N]
+                       [--connections-per-address N] [--head-timeout SECONDS]
       pushwarden policy check FILE...
       pushwarden policy explain FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
-      PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_SHUTDOWN_GRACE
+      PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
+      PUSHWARDEN_SHUTDOWN_GRACE
     """
 
 func fail(_ message: String, code: Int32 = 2) -> Never {
@@ -74,7 +76,8 @@ func loadPolicyOrExit(_ path: String) -> Policy {
 // MARK: serve
 
 func serve(_ arguments: ArraySlice<String>) async -> Never {
-    let flags = parseFlags(arguments, allowed: ["policy", "listen", "admin", "redis", "log-level", "threads"])
+    let flags = parseFlags(arguments, allowed: ["policy", "listen", "admin", "redis", "log-level", "threads",
+                                                "connections-per-address", "head-timeout"])
     guard let policyPath = flags["policy"] ?? environment("PUSHWARDEN_POLICY") else { fail("serve needs --policy FILE") }
     var configuration = ServeConfiguration()
     if let listen = flags["listen"] ?? environment("PUSHWARDEN_LISTEN") {
@@ -93,6 +96,14 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
     if let threads = flags["threads"] ?? environment("PUSHWARDEN_THREADS") {
         guard let n = Int(threads), (1...256).contains(n) else { fail("--threads must be 1 to 256") }
         configuration.threads = n
+    }
+    if let limit = flags["connections-per-address"] ?? environment("PUSHWARDEN_CONNECTIONS_PER_ADDRESS") {
+        guard let n = Int(limit), (0...1_000_000).contains(n) else { fail("--connections-per-address must be 0 (no limit) to 1000000") }
+        configuration.connectionsPerAddress = n
+    }
+    if let timeout = flags["head-timeout"] ?? environment("PUSHWARDEN_HEAD_TIMEOUT") {
+        guard let seconds = Double(timeout), seconds >= 0, seconds <= 86_400 else { fail("--head-timeout must be 0 (no limit) to 86400 seconds") }
+        configuration.headTimeoutSeconds = seconds
     }
     if let grace = environment("PUSHWARDEN_SHUTDOWN_GRACE") {
         guard let seconds = Double(grace), seconds >= 0 else { fail("PUSHWARDEN_SHUTDOWN_GRACE must be seconds") }

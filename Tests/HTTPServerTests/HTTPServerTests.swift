@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Loops
+import PushWardenTestSupport
 import PWCore
 import Synchronization
 import Testing
@@ -29,6 +30,13 @@ final class EchoHandler: HTTPHandler {
 
     func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
         HTTPResponse(status: 413, headers: ["Content-Type": "text/plain"], body: Array("too large".utf8))
+    }
+
+    /// Names the refusal (`X-Refused`) and echoes `X-Test`, so tests see what reached the handler.
+    func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
+        var headers: HTTPHeaders = ["Content-Type": "text/plain", "X-Refused": refusal.reason.rawValue]
+        if let test = head.headers["x-test"] { headers.add("X-Echo-Test", test) }
+        return HTTPResponse(status: refusal.status, headers: headers, body: Array(refusal.message.utf8))
     }
 
     func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import PWCore
+import PushWardenTestSupport
 import Testing
 
 /// The `pushwarden` binary as an operator runs it: the README walkthrough, end to end.
@@ -35,6 +36,72 @@ import Testing
         return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
     }
 
+    /// Starts `pushwarden serve` on the example policy with loopback ports 0 and `extra`
+    /// arguments; returns the process, its stderr, the log so far and the bound addresses.
+    static func serve(_ extra: [String], environment: [String: String]) throws -> (Process, Pipe, String, String, String) {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + extra
+        process.currentDirectoryURL = packageRoot
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        // The first log line names the bound ports.
+        var logText = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !logText.contains("pushwarden listening"), Date() < deadline {
+            let chunk = err.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            logText += String(decoding: chunk, as: UTF8.self)
+        }
+        guard let line = logText.split(separator: "\n").first(where: { $0.contains("pushwarden listening") }),
+              let fields = (try? JSONValue.parse(String(line)))?.objectValue,
+              let listen = fields["listen"]?.stringValue, let admin = fields["admin"]?.stringValue else {
+            if process.isRunning { process.terminate() }
+            throw RawHTTPClient.Failure(description: "serve did not start: \(logText)")
+        }
+        return (process, err, logText, listen, admin)
+    }
+
+    @Test func connectionLimitsFromFlagsAndEnvironment() async throws {
+        let env = ["PUSHWARDEN_DEMO_SESSION_SECRET": "walkthrough-secret-0123456789abcdef0123", "PUSHWARDEN_HEAD_TIMEOUT": "1"]
+        let (process, _, _, listen, _) = try Self.serve(["--connections-per-address", "2"], environment: env)
+        defer { if process.isRunning { process.terminate() } }
+        let port = try #require(Int(listen.split(separator: ":").last ?? ""))
+        let (closedByDeadline, refused, other) = try await offPool { () throws -> (Bool?, Bool?, Int) in
+            let trickling = try RawHTTPClient(port: port)
+            try trickling.send("GET /healthz HTTP/1.1\r\n")
+            let second = try RawHTTPClient(port: port)
+            try second.send("GET /healthz HTTP/1.1\r\n")
+            // Both accepted (by whichever loop) before the third arrives.
+            Thread.sleep(forTimeInterval: 0.3)
+            let third = try RawHTTPClient(port: port)
+            let refused = third.waitForClose(milliseconds: 1000)
+            let other = try RawHTTPClient(port: port, source: "127.0.0.2")
+            try other.send("GET /v1/apps/demo/nowhere HTTP/1.1\r\nHost: t\r\n\r\n")
+            let status = try other.readResponse().status
+            var closed: Bool?
+            for n in 0..<10 where closed == nil {
+                try? trickling.send("X-\(n): y\r\n")
+                closed = trickling.waitForClose(milliseconds: 300)
+            }
+            return (closed, refused, status)
+        }
+        #expect(refused == true, "the third connection from one address")
+        #expect(other == 404)
+        #expect(closedByDeadline == true, "a trickled head after PUSHWARDEN_HEAD_TIMEOUT=1")
+        process.interrupt()
+        process.waitUntilExit()
+
+        for bad in [["--connections-per-address", "-1"], ["--head-timeout", "soon"]] {
+            let result = try Self.run(["serve", "--policy", "policies/example.yaml"] + bad)
+            #expect(result.status == 2, "\(bad)")
+            #expect(result.stderr.contains(bad[0]), "\(result.stderr)")
+        }
+    }
+
     @Test func policyCheckExitCodes() throws {
         let good = try Self.run(["policy", "check", "policies/example.yaml"])
         #expect(good.status == 0, "\(good.stdout)\(good.stderr)")
@@ -54,29 +121,9 @@ import Testing
         let token = minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(token.split(separator: ".").count == 3)
 
-        let process = Process()
-        process.executableURL = Self.binary
-        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
-        process.currentDirectoryURL = Self.packageRoot
-        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
-        let err = Pipe()
-        process.standardError = err
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        let (process, err, firstLog, listen, admin) = try Self.serve([], environment: env)
         defer { if process.isRunning { process.terminate() } }
-
-        // The first log line names the bound ports.
-        var logText = ""
-        let deadline = Date().addingTimeInterval(20)
-        while !logText.contains("pushwarden listening"), Date() < deadline {
-            let chunk = err.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            logText += String(decoding: chunk, as: UTF8.self)
-        }
-        let line = try #require(logText.split(separator: "\n").first { $0.contains("pushwarden listening") })
-        let fields = try #require(try JSONValue.parse(String(line)).objectValue)
-        let listen = try #require(fields["listen"]?.stringValue)
-        let admin = try #require(fields["admin"]?.stringValue)
+        var logText = firstLog
 
         let client = try HTTPClient()
         defer { client.shutdown() }

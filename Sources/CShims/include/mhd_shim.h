@@ -47,8 +47,11 @@ struct pw_mhd_settings {
     MHD_AccessHandlerCallback access_cb;
     MHD_RequestCompletedCallback completed_cb;
     pw_mhd_uri_log_callback uri_log_cb;
+    /// Asked for every accepted connection, with the client's address; MHD_NO closes it.
+    MHD_AcceptPolicyCallback accept_cb;
+    /// Told when a connection starts and when it is closed (MHD_OPTION_NOTIFY_CONNECTION).
+    MHD_NotifyConnectionCallback connection_cb;
     unsigned int connection_limit;
-    unsigned int per_ip_connection_limit;
     unsigned int connection_timeout_seconds;
     size_t connection_memory_limit;
 };
@@ -58,6 +61,18 @@ struct pw_mhd_settings {
 /// passes. Returns the daemon, which the caller owns (MHD_stop_daemon exactly once), or NULL with
 /// `*errno_out`.
 struct MHD_Daemon *pw_mhd_start_external(const struct pw_mhd_settings *settings, int *errno_out);
+
+/// The client address as a 128-bit key: an IPv6 address as it is, an IPv4 address in its
+/// IPv4-mapped IPv6 form (::ffff:a.b.c.d). Returns 0, or -1 for another family.
+int pw_sockaddr_key(const struct sockaddr *addr, socklen_t length, uint64_t *high, uint64_t *low);
+
+/// What the notify-connection callback stored in `*socket_context` (MHD_CONNECTION_INFO_SOCKET_CONTEXT), or NULL.
+void *pw_mhd_socket_context(struct MHD_Connection *connection);
+
+/// Shuts the connection's socket down both ways (shutdown(2), not close: the descriptor stays
+/// MHD's). MHD sees the end on its next run and closes the connection as if the client had left.
+/// Returns 0, or -1 when the descriptor is unknown or shutdown failed.
+int pw_mhd_shutdown_connection(struct MHD_Connection *connection);
 
 /// The daemon's epoll descriptor (MHD_DAEMON_INFO_EPOLL_FD), or -1.
 int pw_mhd_epoll_fd(struct MHD_Daemon *daemon);

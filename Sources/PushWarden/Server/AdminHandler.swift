@@ -25,6 +25,10 @@ struct AdminHandler: HTTPHandler {
         Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
     }
 
+    func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
+        Responses.refusal(refusal, requestID: RequestID.from(head.headers))
+    }
+
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let requestID = RequestID.from(request.head.headers)
         switch request.head.path {

@@ -55,6 +55,14 @@ public final class ClientAPIHandler: HTTPHandler {
         return Responses.error(error, requestID: RequestID.from(head.headers))
     }
 
+    /// A head the server refused before routing (framing, syntax): `invalid_request` in the
+    /// envelope, with the server's status (400, or 501 for an unsupported transfer coding, for
+    /// which the contract has no code of its own).
+    public func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
+        metrics.request(app: "-", route: "-", status: refusal.status)
+        return Responses.refusal(refusal, requestID: RequestID.from(head.headers))
+    }
+
     // MARK: 2. The request, on the loop that read it
 
     /// Runs on the request's loop: authentication, validation and, for a registration, the dedupe
@@ -348,5 +356,12 @@ enum Responses {
         if error.code == .methodNotAllowed { headers.add("Allow", "POST") }
         if error.code == .unauthorized { headers.add("WWW-Authenticate", "Bearer") }
         return HTTPResponse(status: error.status, headers: headers, body: error.envelope(requestID: requestID))
+    }
+
+    /// The server's refusal of a malformed head: `invalid_request` with the server's status.
+    static func refusal(_ refusal: HTTPRefusal, requestID: String) -> HTTPResponse {
+        var response = error(ContractError(.invalidRequest, refusal.message), requestID: requestID)
+        response.status = refusal.status
+        return response
     }
 }

@@ -17,6 +17,12 @@ public struct ServeConfiguration: Sendable {
     public var threads: Int
     /// How long in-flight requests may take to finish on shutdown.
     public var shutdownGraceSeconds: Double
+    /// Concurrent client connections from one address (over every loop); 0 means unlimited.
+    /// Behind a front proxy every connection has the proxy's address: raise it there.
+    public var connectionsPerAddress: Int = 1_024
+    /// Seconds a client connection may take to send a complete request head (from its start, or
+    /// from the previous response on a kept-alive connection) before it is closed; 0: no limit.
+    public var headTimeoutSeconds: Double = 10
     /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call), shared
     /// out evenly between the event loops, each of which keeps its own.
     public var upstreamConnectionsPerHost: Int = 512
@@ -150,6 +156,8 @@ public final class Sidecar: Sendable {
                 // 16 KiB per connection bounds a request head (a session JWT is ~1 KiB) and is what
                 // libmicrohttpd zeroes on every keep-alive request: half its default.
                 configuration: HTTPServerConfiguration(host: configuration.listen.host, port: configuration.listen.port, threads: threads,
+                                                       perAddressConnectionLimit: configuration.connectionsPerAddress,
+                                                       headTimeoutSeconds: configuration.headTimeoutSeconds,
                                                        connectionMemoryLimit: 16 * 1024),
                 handler: handler)
         } catch {
@@ -158,7 +166,8 @@ public final class Sidecar: Sendable {
         do {
             adminServer = try HTTPServer(
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
-                                                       name: "pw-admin"),
+                                                       perAddressConnectionLimit: configuration.connectionsPerAddress,
+                                                       headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
                 handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true))
         } catch {
             throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")

@@ -5,28 +5,34 @@ import Glibc
 /// what goes over the wire (keep-alive, early answers, unread bodies). Blocking calls run on
 /// their own thread (`offPool`) so they never starve Swift concurrency's cooperative pool,
 /// which the server's handlers need.
-final class RawHTTPClient {
-    struct Response {
-        var status: Int
-        var headers: [(String, String)]
-        var body: [UInt8]
+public final class RawHTTPClient {
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        public var body: [UInt8]
 
-        func header(_ name: String) -> String? {
+        public func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name.lowercased() }?.1
         }
-        var text: String { String(decoding: body, as: UTF8.self) }
+        public var text: String { String(decoding: body, as: UTF8.self) }
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-        var errnoValue: Int32 = 0
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+        public var errnoValue: Int32 = 0
+
+        public init(description: String, errnoValue: Int32 = 0) {
+            self.description = description
+            self.errnoValue = errnoValue
+        }
     }
 
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    /// Connects to `host` (IPv4 or IPv6 literal) with a 5 s receive timeout.
-    init(host: String = "127.0.0.1", port: Int) throws {
+    /// Connects to `host` (IPv4 or IPv6 literal) with a receive timeout (5 s by default), from
+    /// `source` when given (another loopback address such as 127.0.0.2, to be a second client).
+    public init(host: String = "127.0.0.1", port: Int, source: String? = nil, timeoutSeconds: Int = 5) throws {
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICHOST
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -37,7 +43,23 @@ final class RawHTTPClient {
         defer { freeaddrinfo(info) }
         let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket failed", errnoValue: errno) }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        if let source {
+            var local = addrinfo()
+            local.ai_flags = AI_NUMERICHOST
+            local.ai_socktype = Int32(SOCK_STREAM.rawValue)
+            var localInfo: UnsafeMutablePointer<addrinfo>?
+            guard getaddrinfo(source, "0", &local, &localInfo) == 0, let localInfo else {
+                close(fd)
+                throw Failure(description: "bad source \(source)")
+            }
+            defer { freeaddrinfo(localInfo) }
+            guard bind(fd, localInfo.pointee.ai_addr, localInfo.pointee.ai_addrlen) == 0 else {
+                let e = errno
+                close(fd)
+                throw Failure(description: "bind to \(source) failed: \(String(cString: strerror(e)))", errnoValue: e)
+            }
+        }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
@@ -50,9 +72,9 @@ final class RawHTTPClient {
 
     deinit { close(fd) }
 
-    func send(_ text: String) throws { try send(Array(text.utf8)) }
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
-    func send(_ bytes: [UInt8]) throws {
+    public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -62,7 +84,7 @@ final class RawHTTPClient {
     }
 
     /// Reads one response (Content-Length or chunked body, or up to EOF when neither is given).
-    func readResponse() throws -> Response {
+    public func readResponse() throws -> Response {
         let headEnd = try fill { buffer in buffer.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound }
         let headText = String(decoding: buffer[..<headEnd], as: UTF8.self)
         buffer.removeFirst(headEnd)
@@ -101,13 +123,28 @@ final class RawHTTPClient {
     }
 
     /// True when the server closed the connection (EOF) within the receive timeout.
-    func isClosedByServer() -> Bool {
+    public func isClosedByServer() -> Bool {
         do {
             while try readMore() {}
             return true
         } catch {
             return false
         }
+    }
+
+    /// Waits up to `milliseconds` for the server to do something: true when it closed the
+    /// connection, false when it sent bytes (kept for `readResponse`), nil when it did neither.
+    public func waitForClose(milliseconds: Int32) -> Bool? {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&entry, 1, milliseconds) > 0 else { return nil }
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if n > 0 {
+            buffer += chunk.prefix(n)
+            return false
+        }
+        if n == 0 || errno == ECONNRESET { return true }
+        return nil
     }
 
     private func fill(until complete: ([UInt8]) -> Int?) throws -> Int {
@@ -131,7 +168,7 @@ final class RawHTTPClient {
 }
 
 /// Runs a blocking closure on a fresh thread.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         let thread = Thread { continuation.resume(with: Result { try body() }) }
         thread.start()
@@ -139,9 +176,9 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thro
 }
 
 /// One request on a fresh connection.
-func fetch(_ request: String, host: String = "127.0.0.1", port: Int) async throws -> RawHTTPClient.Response {
+public func fetch(_ request: String, host: String = "127.0.0.1", port: Int, source: String? = nil) async throws -> RawHTTPClient.Response {
     try await offPool {
-        let client = try RawHTTPClient(host: host, port: port)
+        let client = try RawHTTPClient(host: host, port: port, source: source)
         try client.send(request)
         return try client.readResponse()
     }
