@@ -17,7 +17,8 @@ public struct Policy: Sendable, Equatable {
         self.sourcePath = sourcePath
     }
 
-    public func app(_ id: String) -> AppPolicy? { apps.first { $0.id == id } }
+    /// The app whose id has exactly these bytes (no Unicode canonical equivalence).
+    public func app(_ id: String) -> AppPolicy? { apps.first { TextRules.bytesEqual($0.id, id) } }
 }
 
 public struct AppPolicy: Sendable, Equatable {

@@ -226,7 +226,7 @@ public final class SessionVerifier: Sendable {
         for field in fields {
             for pair in field.split(separator: ";", omittingEmptySubsequences: true) {
                 guard let equals = pair.firstIndex(of: "=") else { continue }
-                guard trimOWS(pair[..<equals]) == name else { continue }
+                guard TextRules.bytesEqual(trimOWS(pair[..<equals]), name) else { continue }
                 var value = trimOWS(pair[pair.index(after: equals)...])
                 if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
                 if !value.isEmpty { return String(value) }
@@ -312,8 +312,9 @@ public final class SessionVerifier: Sendable {
 
     private func selectKey(_ family: [KeyEntry], kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
         if let kid {
-            if let entry = family.first(where: { $0.kid == kid }) { return .success(entry.key) }
-            if (rsaKeys + ecKeys).contains(where: { $0.kid == kid }) {
+            // By bytes (RFC 7515, section 5.3): a kid that is only canonically equivalent is unknown.
+            if let entry = family.first(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) { return .success(entry.key) }
+            if (rsaKeys + ecKeys).contains(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) {
                 return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)"))
             }
             return .failure(AuthFailure("unknown kid \(Self.clip(kid))"))
@@ -392,15 +393,15 @@ public final class SessionVerifier: Sendable {
         }
         if let issuer = policy.issuer {
             guard let iss = claims["iss"] else { return fail("missing iss") }
-            guard iss.stringValue == issuer else { return fail("issuer mismatch") }
+            guard let iss = iss.stringValue, TextRules.bytesEqual(iss, issuer) else { return fail("issuer mismatch") }
         }
         if let audience = policy.audience {
             switch claims["aud"] {
             case nil: return fail("missing aud")
-            case .string(let aud)?: guard aud == audience else { return fail("audience mismatch") }
+            case .string(let aud)?: guard TextRules.bytesEqual(aud, audience) else { return fail("audience mismatch") }
             case .array(let auds)?:
                 guard auds.allSatisfy({ $0.stringValue != nil }) else { return fail("aud array holds a non-string") }
-                guard auds.contains(.string(audience)) else { return fail("audience mismatch") }
+                guard auds.contains(where: { TextRules.bytesEqual($0.stringValue ?? "", audience) }) else { return fail("audience mismatch") }
             default: return fail("aud is not a string or an array")
             }
         }
@@ -410,26 +411,19 @@ public final class SessionVerifier: Sendable {
             return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
-        // ASCII (the usual contact id) is measured and checked byte by byte: there a byte is a scalar.
-        var ascii = true, asciiControl = false
-        for byte in contact.utf8 {
-            if byte >= 0x80 { ascii = false; break }
-            if byte < 0x20 || byte == 0x7F { asciiControl = true }
-        }
-        let length = ascii ? contact.utf8.count : contact.unicodeScalars.count
+        // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
+        let bytes = contact.utf8.count
+        let length = bytes <= Self.maxContactIDLength ? bytes : contact.unicodeScalars.count
         guard length <= Self.maxContactIDLength else {
             return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
         }
-        guard !(ascii ? asciiControl : contact.unicodeScalars.contains(where: Self.isControl)) else {
-            return fail("contact claim \(claimName) contains a control character")
+        // The rule client fields obey (TextRules): whatever signed the session, the contact id is
+        // forwarded, logged and shown on provider dashboards as it is.
+        if let scalar = TextRules.firstForbidden(in: contact) {
+            return fail("contact claim \(claimName) contains a control or invisible formatting character (\(TextRules.codePoint(scalar)))")
         }
+        guard !TextRules.isBlank(contact) else { return fail("contact claim \(claimName) is only white space") }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
-    }
-
-    /// C0, DEL, C1, and the Unicode line/paragraph separators (which break log lines).
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        let v = scalar.value
-        return v < 0x20 || (0x7F...0x9F).contains(v) || v == 0x2028 || v == 0x2029
     }
 
     /// A token-supplied value, shortened for a log line.
