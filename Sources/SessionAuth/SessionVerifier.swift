@@ -35,15 +35,17 @@ public final class SessionVerifier: Sendable {
     private let headers = HeaderCache()
     /// JWKS entries that were skipped and why (for a start-up log line).
     public let skippedKeys: [String]
+    /// The same entries, each with its position, kid and reason.
+    public let skippedJWKs: [JWKSet.Skipped]
 
     /// - Parameters:
     ///   - policy: the app's `session` policy.
     ///   - secrets: resolves `hmac_secret`.
     ///   - clock: the time `exp`, `nbf` and `iat` are judged against.
     ///   - jwksLoader: reads the JWKS file named by the policy (a seam for tests).
-    /// - Throws: `SessionConfigError` when the JWKS cannot be read or parsed, a usable key in it is
-    ///   malformed or too weak, two usable keys share a `kid`, no key serves an allowed algorithm,
-    ///   or the HMAC secret cannot be resolved or is shorter than 32 bytes.
+    /// - Throws: `SessionConfigError` when the JWKS breaks a `JWKSet` rule (unreadable, not a JWKS,
+    ///   a usable key malformed or too weak, two usable keys sharing a `kid`, no key for an allowed
+    ///   algorithm), or the HMAC secret cannot be resolved or is shorter than 32 bytes.
     public init(policy: SessionPolicy, secrets: some SecretResolving, clock: some WallClock = SystemClock(),
                 jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) throws(SessionConfigError) {
         self.policy = policy
@@ -67,25 +69,21 @@ public final class SessionVerifier: Sendable {
             hmacSecret = secret
             rsaKeys = []
             ecKeys = []
+            skippedJWKs = []
             skippedKeys = []
         case .jwksFile(let path):
             guard !allowed.contains(.hs256) else {
                 throw SessionConfigError("session: HS256 needs hmac_secret; JWKS keys are never used as HMAC secrets")
             }
-            let bytes: [UInt8]
-            do { bytes = try jwksLoader(path) } catch {
-                throw SessionConfigError("session jwks_file \(path): cannot be read (\(error))")
+            let keys: JWKSet
+            do { keys = try JWKSet.load(path: path, algorithms: policy.algorithms, reader: jwksLoader) } catch {
+                throw SessionConfigError("session jwks_file \(path): \(error.message)")
             }
-            let loaded = try Self.loadJWKS(bytes, path: path)
             hmacSecret = nil
-            rsaKeys = loaded.rsa
-            ecKeys = loaded.ec
-            skippedKeys = loaded.skipped
-            let usable = (allowed.contains(.rs256) ? rsaKeys.count : 0) + (allowed.contains(.es256) ? ecKeys.count : 0)
-            guard usable > 0 else {
-                let names = policy.algorithms.map(\.rawValue).joined(separator: ", ")
-                throw SessionConfigError("session jwks_file \(path): no key usable with \(names)")
-            }
+            rsaKeys = keys.rsa.map { KeyEntry(kid: $0.kid, key: $0.key) }
+            ecKeys = keys.ec.map { KeyEntry(kid: $0.kid, key: $0.key) }
+            skippedJWKs = keys.skipped
+            skippedKeys = keys.skipped.map { "session jwks_file \(path): \($0)" }
         }
     }
 
@@ -93,69 +91,6 @@ public final class SessionVerifier: Sendable {
     public static func readJWKSFile(_ path: String) throws -> [UInt8] {
         guard let bytes = readWholeFile(path) else { throw SessionConfigError("cannot open or read the file") }
         return bytes
-    }
-
-    private static func loadJWKS(_ bytes: [UInt8], path: String) throws(SessionConfigError)
-        -> (rsa: [KeyEntry], ec: [KeyEntry], skipped: [String]) {
-        let document: JSONValue
-        do { document = try JSONValue.parse(bytes) } catch {
-            throw SessionConfigError("session jwks_file \(path): not JSON (\(error.message) at byte \(error.offset))")
-        }
-        guard let entries = document.objectValue?["keys"]?.arrayValue else {
-            throw SessionConfigError("session jwks_file \(path): expected an object with a \"keys\" array")
-        }
-        var rsa: [KeyEntry] = []
-        var ec: [KeyEntry] = []
-        var skipped: [String] = []
-        var kids: Set<String> = []
-        for (index, entry) in entries.enumerated() {
-            let label = "session jwks_file \(path): keys[\(index)]"
-            guard let jwk = entry.objectValue else { throw SessionConfigError("\(label) is not an object") }
-            let kid: String?
-            switch jwk["kid"] {
-            case nil: kid = nil
-            case .string(let s)?: kid = s
-            case let other?: throw SessionConfigError("\(label): kid is \(other.typeName), not a string")
-            }
-            let name = kid.map { "\(label) (kid \"\($0)\")" } ?? label
-            if let reason = skipReason(jwk) {
-                skipped.append("\(name): \(reason)")
-                continue
-            }
-            let key: PublicKey
-            do { key = try PublicKey(jwk: jwk) } catch {
-                throw SessionConfigError("\(name): \(error.message)")
-            }
-            if let kid {
-                guard kids.insert(kid).inserted else { throw SessionConfigError("\(name): duplicate kid") }
-            }
-            switch key.kind {
-            case .rsa: rsa.append(KeyEntry(kid: kid, key: key))
-            case .ecP256: ec.append(KeyEntry(kid: kid, key: key))
-            }
-        }
-        return (rsa, ec, skipped)
-    }
-
-    /// Why a JWKS entry is not a verification key for RS256/ES256, or nil when it is one.
-    private static func skipReason(_ jwk: JSONObject) -> String? {
-        guard let kty = jwk["kty"]?.stringValue else { return "no kty" }
-        let expectedAlg: String
-        switch kty {
-        case "RSA": expectedAlg = "RS256"
-        case "EC":
-            guard jwk["crv"]?.stringValue == "P-256" else { return "EC curve is not P-256" }
-            expectedAlg = "ES256"
-        default: return "kty \(kty) is not used"
-        }
-        if let use = jwk["use"], use.stringValue != "sig" { return "use is not sig" }
-        if let ops = jwk["key_ops"], !(ops.arrayValue?.contains(.string("verify")) ?? false) {
-            return "key_ops does not include verify"
-        }
-        if let alg = jwk["alg"], alg.stringValue != expectedAlg {
-            return "alg \(alg.stringValue ?? alg.typeName) does not match kty \(kty) (\(expectedAlg))"
-        }
-        return nil
     }
 
     // MARK: - Requests
