@@ -6,6 +6,7 @@ import Dispatch
 import PWCore
 import PWPolicy
 import PushWarden
+import SessionAuth
 
 /// `pushwarden`: a thin command layer over the PushWarden module. See CONTRACT.md section 3.
 
@@ -164,8 +165,15 @@ func policyCommand(_ arguments: ArraySlice<String>) -> Never {
         var failed = false
         for file in files {
             switch PolicyLoader.load(path: file) {
-            case .success:
-                print("\(file): ok")
+            case .success(let policy):
+                // What serve reads at start-up besides secrets: the JWKS files, by serve's rules.
+                let found = SessionPolicyCheck.diagnostics(for: policy)
+                for diagnostic in found { print(diagnostic.description) }
+                if found.contains(where: { $0.severity == .error }) {
+                    failed = true
+                } else {
+                    print("\(file): ok")
+                }
             case .failure(let diagnostics):
                 failed = true
                 for diagnostic in diagnostics.diagnostics { print(diagnostic.description) }
