@@ -105,7 +105,7 @@ enum PushTokenRules {
             try EndpointURL.validate(token, field: field)
             return token
         }
-        guard !Text.hasForbiddenCharacter(token) else {
+        guard !TextRules.hasForbiddenCharacter(token) else {
             throw ContractError(.invalidTokenFormat, "\(field) contains control characters", field: field)
         }
         guard !isURL else {
@@ -154,7 +154,7 @@ enum PushTokenRules {
         guard token.utf8.count <= EndpointURL.maxLength else {
             throw ContractError(.invalidTokenFormat, "\(field) must be at most \(EndpointURL.maxLength) characters", field: field)
         }
-        guard !Text.hasForbiddenCharacter(token) else {
+        guard !TextRules.hasForbiddenCharacter(token) else {
             throw ContractError(.invalidTokenFormat, "\(field) contains control characters", field: field)
         }
         return looksLikeAPNs(token) ? Text.asciiLowercased(token) : token

@@ -267,13 +267,16 @@ public enum RequestValidator {
 
     /// The client never chooses its contact: a `contact_id` is at most an assertion that must agree
     /// with the session (Voyado SDKs send one), and the policy may forbid it outright.
+    ///
+    /// Agreeing means the same UTF-8 bytes: a spelling that is only canonically equivalent
+    /// (`e` + U+0301 for `é`, KELVIN SIGN for `K`) is another contact to an upstream.
     static func checkContact(_ sent: String?, field: String, policy: ClientPolicy, contactID: String) throws(ContractError) {
         guard let sent else { return }
         switch policy.contactID {
         case .reject:
             throw ContractError(.forbidden, "\(field) must not be sent to this app; the contact comes from your session", field: field)
         case .verify:
-            guard sent == contactID else {
+            guard TextRules.bytesEqual(sent, contactID) else {
                 throw ContractError(.contactMismatch, "\(field) does not match the signed-in contact", field: field)
             }
         }
@@ -323,7 +326,7 @@ public enum RequestValidator {
         guard let value = r.string(name), !value.isEmpty else { return nil }
         let path = r.path(name)
         guard Text.length(value) <= max else { throw ContractError(code, "\(path) must be at most \(max) characters", field: path) }
-        guard !Text.hasForbiddenCharacter(value) else { throw ContractError(code, "\(path) contains control characters", field: path) }
+        guard !TextRules.hasForbiddenCharacter(value) else { throw ContractError(code, "\(path) contains control characters", field: path) }
         return value
     }
 
@@ -335,7 +338,7 @@ public enum RequestValidator {
         guard Text.length(value) <= maxIDLength else {
             throw ContractError(.invalidEvent, "\(path) must be at most \(maxIDLength) characters", field: path)
         }
-        guard !Text.hasForbiddenCharacter(value) else {
+        guard !TextRules.hasForbiddenCharacter(value) else {
             throw ContractError(.invalidEvent, "\(path) contains control characters", field: path)
         }
         return value

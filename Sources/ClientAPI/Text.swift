@@ -1,31 +1,7 @@
 /// Character-level checks shared by every field. Lengths count Unicode scalars, which for the
-/// ASCII-only fields (tokens, ids, locale, timezone) is the byte count.
+/// ASCII-only fields (tokens, ids, locale, timezone) is the byte count. Which characters no value
+/// may hold is `TextRules` (PWCore), the rule the session's contact id obeys too.
 enum Text {
-    /// True when `s` holds a character that has no business in a stored or forwarded value: C0 and
-    /// C1 controls, DEL, line/paragraph separators and the bidirectional overrides that can make a
-    /// log line or an admin screen lie about what it shows.
-    static func hasForbiddenCharacter(_ s: String) -> Bool {
-        // ASCII text (nearly every value) is judged byte by byte; anything else by scalars.
-        var text = s
-        let ascii: Bool? = text.withUTF8 { bytes in
-            for byte in bytes {
-                if byte >= 0x80 { return nil }
-                if byte < 0x20 || byte == 0x7F { return true }
-            }
-            return false
-        }
-        if let ascii { return ascii }
-        for scalar in s.unicodeScalars {
-            switch scalar.value {
-            case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0xFEFF:
-                return true
-            default:
-                continue
-            }
-        }
-        return false
-    }
-
     /// Whether the UTF-8 of `s` starts with `prefix` (lower-case ASCII), ignoring ASCII case.
     ///
     /// A necessary condition for `asciiLowercased(s).hasPrefix(prefix)`: no character other than

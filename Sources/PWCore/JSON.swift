@@ -53,10 +53,12 @@ public struct JSONObject: Sendable, Equatable {
 
     public init(_ members: [JSONMember] = []) { self.members = members }
 
+    /// The member named exactly `key`: names compare by their UTF-8 bytes, never by Unicode
+    /// canonical equivalence (RFC 7515, section 5.3), so `"contact\u{212A}ey"` is not `"contactKey"`.
     public subscript(key: String) -> JSONValue? {
-        get { members.first { $0.key == key }?.value }
+        get { members.first { TextRules.bytesEqual($0.key, key) }?.value }
         set {
-            if let i = members.firstIndex(where: { $0.key == key }) {
+            if let i = members.firstIndex(where: { TextRules.bytesEqual($0.key, key) }) {
                 if let newValue { members[i].value = newValue } else { members.remove(at: i) }
             } else if let newValue {
                 members.append(JSONMember(key, newValue))

@@ -6,11 +6,18 @@ import YAMLKit
 final class Checker {
     let file: String
     private(set) var diagnostics: [Diagnostic] = []
+    /// Places of values judged after loading (`Policy.locations`).
+    private(set) var locations: [String: PolicyLocation] = [:]
 
     init(file: String) { self.file = file }
 
     func report(_ mark: Mark, _ path: String, _ message: String) {
         diagnostics.append(Diagnostic(file: file, line: mark.line, column: mark.column, path: path, message: message))
+    }
+
+    /// Records where the value at `path` is, for a diagnostic found after loading.
+    func locate(_ mark: Mark, _ path: String) {
+        locations[path] = PolicyLocation(line: mark.line, column: mark.column)
     }
 
     static func child(_ path: String, _ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }

@@ -1,5 +1,13 @@
-/// One problem in a policy file, located for an editor: `file:line:column: path: message`.
+/// One problem in a policy file, located for an editor: `file:line:column: path: message`, or
+/// `file:line:column: path: warning: message` for something that does not stop a start.
 public struct Diagnostic: Sendable, Equatable, CustomStringConvertible {
+    public enum Severity: Sendable, Equatable {
+        /// The policy cannot be served.
+        case error
+        /// Worth a reviewer's eye; the policy is still served (a skipped JWKS key, say).
+        case warning
+    }
+
     public var file: String
     /// 1-based.
     public var line: Int
@@ -9,17 +17,32 @@ public struct Diagnostic: Sendable, Equatable, CustomStringConvertible {
     /// of the file itself (YAML syntax, aliases).
     public var path: String
     public var message: String
+    public var severity: Severity
 
-    public init(file: String, line: Int, column: Int, path: String, message: String) {
+    public init(file: String, line: Int, column: Int, path: String, message: String, severity: Severity = .error) {
         self.file = file
         self.line = line
         self.column = column
         self.path = path
         self.message = message
+        self.severity = severity
     }
 
     public var description: String {
-        path.isEmpty ? "\(file):\(line):\(column): \(message)" : "\(file):\(line):\(column): \(path): \(message)"
+        let text = severity == .warning ? "warning: \(message)" : message
+        return path.isEmpty ? "\(file):\(line):\(column): \(text)" : "\(file):\(line):\(column): \(path): \(text)"
+    }
+}
+
+/// Where a value sits in the policy file (1-based line and column), for diagnostics found after
+/// loading, such as the contents of a `jwks_file`.
+public struct PolicyLocation: Sendable, Hashable {
+    public var line: Int
+    public var column: Int
+
+    public init(line: Int, column: Int) {
+        self.line = line
+        self.column = column
     }
 }
 

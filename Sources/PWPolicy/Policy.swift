@@ -10,14 +10,26 @@ public struct Policy: Sendable, Equatable {
     public var apps: [AppPolicy]
     /// The file this policy came from, for messages.
     public var sourcePath: String
+    /// Where values that are judged after loading sit in the file, by path
+    /// (`apps.shop.session.jwks_file`).
+    public var locations: [String: PolicyLocation]
 
-    public init(version: Int, apps: [AppPolicy], sourcePath: String) {
+    public init(version: Int, apps: [AppPolicy], sourcePath: String, locations: [String: PolicyLocation] = [:]) {
         self.version = version
         self.apps = apps
         self.sourcePath = sourcePath
+        self.locations = locations
     }
 
-    public func app(_ id: String) -> AppPolicy? { apps.first { $0.id == id } }
+    /// A diagnostic about the value at `path`, at its place in the file (or line 1, column 1 when
+    /// the loader did not record one).
+    public func diagnostic(at path: String, _ message: String, severity: Diagnostic.Severity = .error) -> Diagnostic {
+        let location = locations[path] ?? PolicyLocation(line: 1, column: 1)
+        return Diagnostic(file: sourcePath, line: location.line, column: location.column, path: path, message: message, severity: severity)
+    }
+
+    /// The app whose id has exactly these bytes (no Unicode canonical equivalence).
+    public func app(_ id: String) -> AppPolicy? { apps.first { TextRules.bytesEqual($0.id, id) } }
 }
 
 public struct AppPolicy: Sendable, Equatable {

@@ -9,6 +9,8 @@ import YAMLKit
 /// enum value, a literal secret, an alias or a tag is an error, and every error in the file is
 /// reported in one pass, each with file, line, column and path. Nothing is read besides the
 /// policy file itself: secrets and JWKS files are only named here and resolved at start-up.
+/// (`pushwarden policy check` also reads each `jwks_file` by the start-up rules, through
+/// `SessionPolicyCheck` and the place recorded in `Policy.locations`.)
 ///
 /// Where CONTRACT.md is silent (also in `policies/README.md`):
 /// - integers must be unquoted (`"3"` is refused); durations, sizes and rates may be quoted;
@@ -107,7 +109,7 @@ struct PolicyReader {
             apps = self.apps(node)
         }
         guard let version, let apps else { return nil }
-        return Policy(version: version, apps: apps, sourcePath: sourcePath)
+        return Policy(version: version, apps: apps, sourcePath: sourcePath, locations: checker.locations)
     }
 
     func apps(_ node: YAMLNode) -> [AppPolicy]? {
@@ -180,6 +182,8 @@ struct PolicyReader {
                                    "jwks_file cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]")
                 } else {
                     keysValue = .jwksFile(file)
+                    // `policy check` reads the file and reports on it here.
+                    checker.locate(jwks.mark, fields.at("jwks_file"))
                 }
             }
         case (nil, let hmac?):

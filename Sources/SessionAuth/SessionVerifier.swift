@@ -35,15 +35,17 @@ public final class SessionVerifier: Sendable {
     private let headers = HeaderCache()
     /// JWKS entries that were skipped and why (for a start-up log line).
     public let skippedKeys: [String]
+    /// The same entries, each with its position, kid and reason.
+    public let skippedJWKs: [JWKSet.Skipped]
 
     /// - Parameters:
     ///   - policy: the app's `session` policy.
     ///   - secrets: resolves `hmac_secret`.
     ///   - clock: the time `exp`, `nbf` and `iat` are judged against.
     ///   - jwksLoader: reads the JWKS file named by the policy (a seam for tests).
-    /// - Throws: `SessionConfigError` when the JWKS cannot be read or parsed, a usable key in it is
-    ///   malformed or too weak, two usable keys share a `kid`, no key serves an allowed algorithm,
-    ///   or the HMAC secret cannot be resolved or is shorter than 32 bytes.
+    /// - Throws: `SessionConfigError` when the JWKS breaks a `JWKSet` rule (unreadable, not a JWKS,
+    ///   a usable key malformed or too weak, two usable keys sharing a `kid`, no key for an allowed
+    ///   algorithm), or the HMAC secret cannot be resolved or is shorter than 32 bytes.
     public init(policy: SessionPolicy, secrets: some SecretResolving, clock: some WallClock = SystemClock(),
                 jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) throws(SessionConfigError) {
         self.policy = policy
@@ -67,25 +69,21 @@ public final class SessionVerifier: Sendable {
             hmacSecret = secret
             rsaKeys = []
             ecKeys = []
+            skippedJWKs = []
             skippedKeys = []
         case .jwksFile(let path):
             guard !allowed.contains(.hs256) else {
                 throw SessionConfigError("session: HS256 needs hmac_secret; JWKS keys are never used as HMAC secrets")
             }
-            let bytes: [UInt8]
-            do { bytes = try jwksLoader(path) } catch {
-                throw SessionConfigError("session jwks_file \(path): cannot be read (\(error))")
+            let keys: JWKSet
+            do { keys = try JWKSet.load(path: path, algorithms: policy.algorithms, reader: jwksLoader) } catch {
+                throw SessionConfigError("session jwks_file \(path): \(error.message)")
             }
-            let loaded = try Self.loadJWKS(bytes, path: path)
             hmacSecret = nil
-            rsaKeys = loaded.rsa
-            ecKeys = loaded.ec
-            skippedKeys = loaded.skipped
-            let usable = (allowed.contains(.rs256) ? rsaKeys.count : 0) + (allowed.contains(.es256) ? ecKeys.count : 0)
-            guard usable > 0 else {
-                let names = policy.algorithms.map(\.rawValue).joined(separator: ", ")
-                throw SessionConfigError("session jwks_file \(path): no key usable with \(names)")
-            }
+            rsaKeys = keys.rsa.map { KeyEntry(kid: $0.kid, key: $0.key) }
+            ecKeys = keys.ec.map { KeyEntry(kid: $0.kid, key: $0.key) }
+            skippedJWKs = keys.skipped
+            skippedKeys = keys.skipped.map { "session jwks_file \(path): \($0)" }
         }
     }
 
@@ -93,69 +91,6 @@ public final class SessionVerifier: Sendable {
     public static func readJWKSFile(_ path: String) throws -> [UInt8] {
         guard let bytes = readWholeFile(path) else { throw SessionConfigError("cannot open or read the file") }
         return bytes
-    }
-
-    private static func loadJWKS(_ bytes: [UInt8], path: String) throws(SessionConfigError)
-        -> (rsa: [KeyEntry], ec: [KeyEntry], skipped: [String]) {
-        let document: JSONValue
-        do { document = try JSONValue.parse(bytes) } catch {
-            throw SessionConfigError("session jwks_file \(path): not JSON (\(error.message) at byte \(error.offset))")
-        }
-        guard let entries = document.objectValue?["keys"]?.arrayValue else {
-            throw SessionConfigError("session jwks_file \(path): expected an object with a \"keys\" array")
-        }
-        var rsa: [KeyEntry] = []
-        var ec: [KeyEntry] = []
-        var skipped: [String] = []
-        var kids: Set<String> = []
-        for (index, entry) in entries.enumerated() {
-            let label = "session jwks_file \(path): keys[\(index)]"
-            guard let jwk = entry.objectValue else { throw SessionConfigError("\(label) is not an object") }
-            let kid: String?
-            switch jwk["kid"] {
-            case nil: kid = nil
-            case .string(let s)?: kid = s
-            case let other?: throw SessionConfigError("\(label): kid is \(other.typeName), not a string")
-            }
-            let name = kid.map { "\(label) (kid \"\($0)\")" } ?? label
-            if let reason = skipReason(jwk) {
-                skipped.append("\(name): \(reason)")
-                continue
-            }
-            let key: PublicKey
-            do { key = try PublicKey(jwk: jwk) } catch {
-                throw SessionConfigError("\(name): \(error.message)")
-            }
-            if let kid {
-                guard kids.insert(kid).inserted else { throw SessionConfigError("\(name): duplicate kid") }
-            }
-            switch key.kind {
-            case .rsa: rsa.append(KeyEntry(kid: kid, key: key))
-            case .ecP256: ec.append(KeyEntry(kid: kid, key: key))
-            }
-        }
-        return (rsa, ec, skipped)
-    }
-
-    /// Why a JWKS entry is not a verification key for RS256/ES256, or nil when it is one.
-    private static func skipReason(_ jwk: JSONObject) -> String? {
-        guard let kty = jwk["kty"]?.stringValue else { return "no kty" }
-        let expectedAlg: String
-        switch kty {
-        case "RSA": expectedAlg = "RS256"
-        case "EC":
-            guard jwk["crv"]?.stringValue == "P-256" else { return "EC curve is not P-256" }
-            expectedAlg = "ES256"
-        default: return "kty \(kty) is not used"
-        }
-        if let use = jwk["use"], use.stringValue != "sig" { return "use is not sig" }
-        if let ops = jwk["key_ops"], !(ops.arrayValue?.contains(.string("verify")) ?? false) {
-            return "key_ops does not include verify"
-        }
-        if let alg = jwk["alg"], alg.stringValue != expectedAlg {
-            return "alg \(alg.stringValue ?? alg.typeName) does not match kty \(kty) (\(expectedAlg))"
-        }
-        return nil
     }
 
     // MARK: - Requests
@@ -226,7 +161,7 @@ public final class SessionVerifier: Sendable {
         for field in fields {
             for pair in field.split(separator: ";", omittingEmptySubsequences: true) {
                 guard let equals = pair.firstIndex(of: "=") else { continue }
-                guard trimOWS(pair[..<equals]) == name else { continue }
+                guard TextRules.bytesEqual(trimOWS(pair[..<equals]), name) else { continue }
                 var value = trimOWS(pair[pair.index(after: equals)...])
                 if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
                 if !value.isEmpty { return String(value) }
@@ -312,8 +247,9 @@ public final class SessionVerifier: Sendable {
 
     private func selectKey(_ family: [KeyEntry], kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
         if let kid {
-            if let entry = family.first(where: { $0.kid == kid }) { return .success(entry.key) }
-            if (rsaKeys + ecKeys).contains(where: { $0.kid == kid }) {
+            // By bytes (RFC 7515, section 5.3): a kid that is only canonically equivalent is unknown.
+            if let entry = family.first(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) { return .success(entry.key) }
+            if (rsaKeys + ecKeys).contains(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) {
                 return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)"))
             }
             return .failure(AuthFailure("unknown kid \(Self.clip(kid))"))
@@ -392,15 +328,15 @@ public final class SessionVerifier: Sendable {
         }
         if let issuer = policy.issuer {
             guard let iss = claims["iss"] else { return fail("missing iss") }
-            guard iss.stringValue == issuer else { return fail("issuer mismatch") }
+            guard let iss = iss.stringValue, TextRules.bytesEqual(iss, issuer) else { return fail("issuer mismatch") }
         }
         if let audience = policy.audience {
             switch claims["aud"] {
             case nil: return fail("missing aud")
-            case .string(let aud)?: guard aud == audience else { return fail("audience mismatch") }
+            case .string(let aud)?: guard TextRules.bytesEqual(aud, audience) else { return fail("audience mismatch") }
             case .array(let auds)?:
                 guard auds.allSatisfy({ $0.stringValue != nil }) else { return fail("aud array holds a non-string") }
-                guard auds.contains(.string(audience)) else { return fail("audience mismatch") }
+                guard auds.contains(where: { TextRules.bytesEqual($0.stringValue ?? "", audience) }) else { return fail("audience mismatch") }
             default: return fail("aud is not a string or an array")
             }
         }
@@ -410,26 +346,19 @@ public final class SessionVerifier: Sendable {
             return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
-        // ASCII (the usual contact id) is measured and checked byte by byte: there a byte is a scalar.
-        var ascii = true, asciiControl = false
-        for byte in contact.utf8 {
-            if byte >= 0x80 { ascii = false; break }
-            if byte < 0x20 || byte == 0x7F { asciiControl = true }
-        }
-        let length = ascii ? contact.utf8.count : contact.unicodeScalars.count
+        // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
+        let bytes = contact.utf8.count
+        let length = bytes <= Self.maxContactIDLength ? bytes : contact.unicodeScalars.count
         guard length <= Self.maxContactIDLength else {
             return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
         }
-        guard !(ascii ? asciiControl : contact.unicodeScalars.contains(where: Self.isControl)) else {
-            return fail("contact claim \(claimName) contains a control character")
+        // The rule client fields obey (TextRules): whatever signed the session, the contact id is
+        // forwarded, logged and shown on provider dashboards as it is.
+        if let scalar = TextRules.firstForbidden(in: contact) {
+            return fail("contact claim \(claimName) contains a control or invisible formatting character (\(TextRules.codePoint(scalar)))")
         }
+        guard !TextRules.isBlank(contact) else { return fail("contact claim \(claimName) is only white space") }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
-    }
-
-    /// C0, DEL, C1, and the Unicode line/paragraph separators (which break log lines).
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        let v = scalar.value
-        return v < 0x20 || (0x7F...0x9F).contains(v) || v == 0x2028 || v == 0x2029
     }
 
     /// A token-supplied value, shortened for a log line.

@@ -6,6 +6,8 @@ import Dispatch
 import PWCore
 import PWPolicy
 import PushWarden
+import SessionAuth
+import Synchronization
 
 /// `pushwarden`: a thin command layer over the PushWarden module. See CONTRACT.md section 3.
 
@@ -121,47 +123,60 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
     let policy = loadPolicyOrExit(policyPath)
     let logger = Logger(label: "pushwarden", level: configuration.logLevel)
     signal(SIGPIPE, SIG_IGN)
+    let signals = TerminationSignals()
     let sidecar: Sidecar
     do {
         sidecar = try Sidecar(policy: policy, configuration: configuration, logger: logger)
     } catch {
         fail(error.description, code: 1)
     }
-    let received = await waitForTerminationSignal()
+    let received = await signals.wait()
     logger.info("signal received", [("signal", received == SIGTERM ? "SIGTERM" : "SIGINT")])
     await sidecar.shutdown(gracePeriodSeconds: configuration.shutdownGraceSeconds)
     exit(0)
 }
 
-/// Suspends until SIGTERM or SIGINT arrives.
-func waitForTerminationSignal() async -> Int32 {
-    signal(SIGTERM, SIG_IGN)
-    signal(SIGINT, SIG_IGN)
-    return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+/// SIGTERM and SIGINT, caught from construction on: a signal that arrives while the sidecar starts
+/// (or right after it logged that it listens) is kept and answered once `wait` is called, instead
+/// of killing the process (default action) or being lost (ignored before a handler exists).
+final class TerminationSignals: @unchecked Sendable {
+    // `sources` is written only in `init`; `state` is behind its own lock.
+    private var sources: [any DispatchSourceSignal] = []
+    private let state = Mutex<(received: Int32?, waiter: CheckedContinuation<Int32, Never>?)>((nil, nil))
+
+    init() {
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
         let queue = DispatchQueue(label: "pushwarden.signals")
-        let fired = SignalLatch()
         for number in [SIGTERM, SIGINT] {
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler {
-                if fired.fire() { continuation.resume(returning: number) }
-            }
+            source.setEventHandler { [weak self] in self?.fire(number) }
             source.resume()
-            fired.keep(source)
+            sources.append(source)
         }
     }
-}
 
-/// Resumes the waiter once, whichever signal comes first; keeps the sources alive.
-final class SignalLatch: @unchecked Sendable {
-    // Only touched on the signal queue (serial) after setup on the calling thread.
-    private var done = false
-    private var sources: [any DispatchSourceSignal] = []
-    func fire() -> Bool {
-        if done { return false }
-        done = true
-        return true
+    private func fire(_ number: Int32) {
+        let waiter = state.withLock { state -> CheckedContinuation<Int32, Never>? in
+            guard state.received == nil else { return nil }
+            state.received = number
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: number)
     }
-    func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+
+    /// Suspends until the first SIGTERM or SIGINT (returns at once if one already came).
+    func wait() async -> Int32 {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+            let received = state.withLock { state -> Int32? in
+                if let received = state.received { return received }
+                state.waiter = continuation
+                return nil
+            }
+            if let received { continuation.resume(returning: received) }
+        }
+    }
 }
 
 // MARK: policy
@@ -175,8 +190,15 @@ func policyCommand(_ arguments: ArraySlice<String>) -> Never {
         var failed = false
         for file in files {
             switch PolicyLoader.load(path: file) {
-            case .success:
-                print("\(file): ok")
+            case .success(let policy):
+                // What serve reads at start-up besides secrets: the JWKS files, by serve's rules.
+                let found = SessionPolicyCheck.diagnostics(for: policy)
+                for diagnostic in found { print(diagnostic.description) }
+                if found.contains(where: { $0.severity == .error }) {
+                    failed = true
+                } else {
+                    print("\(file): ok")
+                }
             case .failure(let diagnostics):
                 failed = true
                 for diagnostic in diagnostics.diagnostics { print(diagnostic.description) }

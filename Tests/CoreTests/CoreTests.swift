@@ -41,15 +41,22 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse(#"{"abc":1,"abc":2}"#) }
     }
 
-    /// Lookup keeps Swift string equality: canonically equivalent keys of another length match.
-    @Test func lookupUsesCanonicalEquivalence() throws {
+    /// Lookup compares UTF-8 bytes (RFC 7515, section 5.3): a canonically equivalent name of other
+    /// bytes is another member, so `"\u{212A}id"` (KELVIN SIGN) is not `"Kid"`.
+    @Test func lookupComparesBytes() throws {
         let object = try #require(try JSONValue.parse("{\"\u{212A}id\":1,\"e\u{301}\":2,\"\u{37E}\":3,\"push_token\":4}").objectValue)
-        #expect(object["Kid"] == .number("1"))
-        #expect(object["\u{E9}"] == .number("2"))
-        #expect(object[";"] == .number("3"))
+        #expect(object["Kid"] == nil)
+        #expect(object["\u{E9}"] == nil)
+        #expect(object[";"] == nil)
+        #expect(object["\u{212A}id"] == .number("1"))
+        #expect(object["e\u{301}"] == .number("2"))
+        #expect(object["\u{37E}"] == .number("3"))
         #expect(object["push_token"] == .number("4"))
         #expect(object["push_toke"] == nil)
         #expect(object["kid"] == nil)
+        var edited = JSONObject([JSONMember("\u{212A}", 1)])
+        edited["K"] = 2
+        #expect(edited.keys.map { Array($0.utf8) } == [[0xE2, 0x84, 0xAA], [0x4B]])
     }
 
     /// Keys are compared as Swift strings (canonical equivalence), whatever path parsed them.

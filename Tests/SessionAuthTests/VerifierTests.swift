@@ -291,7 +291,7 @@ struct RefusedTokenTests {
         #expect(try reason(["contact_id": nil]) == "missing contact claim contact_id")
         #expect(try reason(["contact_id": "42"]) == "contact claim contact_id is a number, not a string")
         #expect(try reason(["contact_id": "\"\""]) == "contact claim contact_id is empty")
-        #expect(try reason(["contact_id": #""a\nb""#]) == "contact claim contact_id contains a control character")
+        #expect(try reason(["contact_id": #""a\nb""#]) == "contact claim contact_id contains a control or invisible formatting character (U+000A)")
         #expect(try reason(["contact_id": "\"\(String(repeating: "x", count: 257))\""])
             == "contact claim contact_id is longer than 256 characters")
         #expect(try reason(["contact_id": "\"\(String(repeating: "é", count: 256))\""]) == nil)
@@ -326,7 +326,8 @@ struct RefusedTokenTests {
             failureReason(v.verify(token: try f.token(header: ecHeader, payload: payload(["contact_id": contact]), keyFile: "ec.pem")))
         }
         for control in [#""a\u007fb""#, #""a\u0085b""#, #""é\u0001""#, #""a\u2028""#, #""\t""#] {
-            #expect(try reason(control) == "contact claim contact_id contains a control character", "\(control)")
+            #expect(try reason(control)?.hasPrefix("contact claim contact_id contains a control or invisible formatting character (U+") == true,
+                    "\(control)")
         }
         #expect(try reason("\"\(String(repeating: "x", count: 256))\"") == nil)
         #expect(try reason("\"\(String(repeating: "é", count: 257))\"") == "contact claim contact_id is longer than 256 characters")

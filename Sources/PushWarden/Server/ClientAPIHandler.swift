@@ -256,7 +256,9 @@ public final class ClientAPIHandler: HTTPHandler {
         } else {
             return .failure(ContractError(.notFound, "no such route"))
         }
-        guard let app = apps[String(Substring(path[afterPrefix..<slash]))] else { return .failure(ContractError(.notFound, "unknown app")) }
+        // A String-keyed dictionary matches canonically equivalent spellings; the id must be the bytes.
+        let id = String(Substring(path[afterPrefix..<slash]))
+        guard let app = apps[id], TextRules.bytesEqual(app.policy.id, id) else { return .failure(ContractError(.notFound, "unknown app")) }
         guard head.method == "POST" else {
             return .failure(ContractError(.methodNotAllowed, "use POST for this route"))
         }

@@ -187,6 +187,15 @@ public final class Sidecar: Sendable {
         } catch {
             throw StartupError("app \(app.id): session: \(error)")
         }
+        if case .jwksFile(let file) = app.session.keys {
+            // `policy check` names the same keys, as warnings.
+            for skipped in sessions.skippedJWKs {
+                var fields = [("app", app.id), ("jwks_file", file), ("key", "keys[\(skipped.index)]")]
+                if let kid = skipped.kid { fields.append(("kid", kid)) }
+                fields.append(("reason", skipped.reason))
+                logger.warning("session key skipped", fields)
+            }
+        }
         var callers: [UpstreamCaller] = []
         for upstream in app.upstreams {
             let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)

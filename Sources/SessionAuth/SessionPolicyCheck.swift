@@ -1,0 +1,26 @@
+import PWPolicy
+
+/// What `pushwarden policy check` adds to the loader's checks for sessions: each `jwks_file` is
+/// read and judged by `JWKSet`, the rules `serve` applies at start-up, so `policy check` refuses
+/// every JWKS that `serve` refuses and names every key that `serve` skips.
+public enum SessionPolicyCheck {
+    /// One diagnostic per problem, at the `jwks_file` value of each app that names one: an error
+    /// for a file `serve` refuses, a warning per skipped key. Empty when every file is fine.
+    public static func diagnostics(for policy: Policy,
+                                   reader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) -> [Diagnostic] {
+        var diagnostics: [Diagnostic] = []
+        for app in policy.apps {
+            guard case .jwksFile(let file) = app.session.keys else { continue }
+            let path = "apps.\(app.id).session.jwks_file"
+            do {
+                let keys = try JWKSet.load(path: file, algorithms: app.session.algorithms, reader: reader)
+                for skipped in keys.skipped {
+                    diagnostics.append(policy.diagnostic(at: path, "\(file): \(skipped.name) skipped: \(skipped.reason)", severity: .warning))
+                }
+            } catch {
+                diagnostics.append(policy.diagnostic(at: path, "\(file): \(error.message)"))
+            }
+        }
+        return diagnostics
+    }
+}
