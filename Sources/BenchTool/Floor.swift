@@ -22,7 +22,7 @@ struct FloorHandler: HTTPHandler {
     static let key: [[UInt8]] = [Array("GET".utf8), Array("pw-floor".utf8)]
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 16) }
-    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
+    func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse { HTTPResponse(status: 413) }
 
     func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
         switch request.head.path {
@@ -53,7 +53,6 @@ struct FloorHandler: HTTPHandler {
         }
     }
 
-    func handle(_ request: HTTPRequest) async -> HTTPResponse { HTTPResponse(status: 404) }
 }
 
 func runFloor() throws {

@@ -24,10 +24,14 @@ public struct HTTPRequestHead: Sendable {
 public struct HTTPRequest: Sendable {
     public var head: HTTPRequestHead
     public var body: [UInt8]
+    /// What the handler's `decide` resolved from the head (`HeadDecision.readBody(limit:context:)`),
+    /// carried with the request so that nothing is resolved twice.
+    public var context: (any Sendable)?
 
-    public init(head: HTTPRequestHead, body: [UInt8] = []) {
+    public init(head: HTTPRequestHead, body: [UInt8] = [], context: (any Sendable)? = nil) {
         self.head = head
         self.body = body
+        self.context = context
     }
 }
 
@@ -49,7 +53,9 @@ public struct HTTPResponse: Sendable {
 /// unknown routes, wrong methods or media types never cost the server a body read.
 public enum HeadDecision: Sendable {
     /// Read the body, refusing it with `payloadTooLarge` once it is known to exceed `limit` bytes.
-    case readBody(limit: Int)
+    /// `context` (what the handler resolved from the head: a route, an app) comes back with the
+    /// request and with `payloadTooLarge`.
+    case readBody(limit: Int, context: (any Sendable)? = nil)
     /// Answer now; the body (if any) is not read and the connection is closed after the answer
     /// when a body was announced.
     case respond(HTTPResponse)
@@ -61,8 +67,9 @@ public protocol HTTPHandler: Sendable {
     /// Called on the connection's loop once the request head is complete, before any body byte
     /// is read. Must not block.
     func decide(_ head: HTTPRequestHead) -> HeadDecision
-    /// The 413 response for a body over the limit (sent with Connection: close).
-    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse
+    /// The 413 response for a body over the limit (sent with Connection: close); `context` is
+    /// what `decide` gave with `readBody`.
+    func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse
     /// The response to a request the server refuses before `decide` (sent with Connection:
     /// close, the connection then closed): `refusal.status` with its message. `head` is what was
     /// parsed, headers included. The default is a plain-text body.
@@ -70,18 +77,22 @@ public protocol HTTPHandler: Sendable {
     /// Starts handling a complete request on the loop that read it. Answer through `responder`
     /// exactly once, from any thread: before returning when the answer is at hand (the cheapest
     /// case: the connection is never suspended), or later. Must not block the loop.
-    /// The default runs `handle` on Swift concurrency.
     func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder)
-    /// Handles a complete request on Swift concurrency; the connection is suspended meanwhile
-    /// (holds no thread).
-    func handle(_ request: HTTPRequest) async -> HTTPResponse
 }
 
 extension HTTPHandler {
     public func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
         HTTPResponse(status: refusal.status, headers: ["Content-Type": "text/plain"], body: Array((refusal.message + "\n").utf8))
     }
+}
 
+/// A handler that answers on Swift concurrency: `start` runs `handle` in a task; the connection
+/// is suspended meanwhile (holds no thread).
+public protocol AsyncHTTPHandler: HTTPHandler {
+    func handle(_ request: HTTPRequest) async -> HTTPResponse
+}
+
+extension AsyncHTTPHandler {
     public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
         Task { responder.respond(await handle(request)) }
     }

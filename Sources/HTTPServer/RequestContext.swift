@@ -39,6 +39,8 @@ final class RequestContext: Sendable {
         var rawTarget: String
         var head = HTTPRequestHead(method: "", path: "")
         var body: [UInt8] = []
+        /// What the handler resolved from the head, handed back with the request.
+        var context: (any Sendable)?
         var phase = Phase.head
         /// Set by whoever calls MHD_resume_connection (the finished handler or a forced stop);
         /// the other party must not touch the connection afterwards.
@@ -116,11 +118,13 @@ final class RequestContext: Sendable {
                     }
                     s.phase = .done
                     return .answer(queue(response, on: s.connection.pointer, forceClose: true))
-                case .readBody(let limit):
+                case .readBody(let limit, let context):
+                    s.context = context
                     if let declared = s.head.headers["Content-Length"], let length = Int(declared) {
                         guard length <= limit else {
                             s.phase = .done
-                            return .answer(queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true))
+                            return .answer(queue(core.handler.payloadTooLarge(s.head, context: context), on: s.connection.pointer,
+                                                 forceClose: true))
                         }
                         s.body.reserveCapacity(length)
                     }
@@ -136,7 +140,7 @@ final class RequestContext: Sendable {
                         s.body = []
                         // MHD 0.9.75 refuses a response while the body is still arriving;
                         // then drop the rest and answer once it is complete.
-                        if queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true) == .YES {
+                        if queue(core.handler.payloadTooLarge(s.head, context: s.context), on: s.connection.pointer, forceClose: true) == .YES {
                             s.phase = .done
                         } else {
                             s.phase = .discardingBody(remaining: Self.discardAllowance)
@@ -149,8 +153,9 @@ final class RequestContext: Sendable {
                     return .answer(.YES)
                 }
                 s.phase = .handling(suspended: false)
-                let request = HTTPRequest(head: s.head, body: s.body)
+                let request = HTTPRequest(head: s.head, body: s.body, context: s.context)
                 s.body = []
+                s.context = nil
                 return .start(request)
 
             case .discardingBody(let remaining):
@@ -162,7 +167,7 @@ final class RequestContext: Sendable {
                     return .answer(.YES)
                 }
                 s.phase = .done
-                return .answer(queue(core.handler.payloadTooLarge(s.head), on: s.connection.pointer, forceClose: true))
+                return .answer(queue(core.handler.payloadTooLarge(s.head, context: s.context), on: s.connection.pointer, forceClose: true))
 
             case .ready(let response):
                 s.phase = .done

@@ -112,7 +112,7 @@ public final class MockServer: Sendable {
         let latencyMillis: Int
 
         func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 20) }
-        func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
+        func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse { HTTPResponse(status: 413) }
 
         func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
             guard latencyMillis > 0 else {
@@ -128,8 +128,6 @@ public final class MockServer: Sendable {
             }
             line.append(responder, exchange.answer(request), due: EventLoop.now() + UInt64(latencyMillis) * 1_000_000)
         }
-
-        func handle(_ request: HTTPRequest) async -> HTTPResponse { exchange.answer(request) }
     }
 }
 

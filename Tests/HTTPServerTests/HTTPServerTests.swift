@@ -13,7 +13,7 @@ import Testing
 /// - `/inline`: answered in `start`, on the loop, naming the loop (`X-Loop`).
 /// - `/twice`: answered twice in `start` (201, then 500): the first answer must win.
 /// - anything else: echo, body limit 64 bytes.
-final class EchoHandler: HTTPHandler {
+final class EchoHandler: AsyncHTTPHandler {
     /// Paths whose `handle` ran, in order.
     let handled = Mutex<[String]>([])
 
@@ -28,7 +28,7 @@ final class EchoHandler: HTTPHandler {
         }
     }
 
-    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
+    func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
         HTTPResponse(status: 413, headers: ["Content-Type": "text/plain"], body: Array("too large".utf8))
     }
 

@@ -2,7 +2,7 @@ import HTTPServer
 import PWCore
 
 /// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`.
-struct AdminHandler: HTTPHandler {
+struct AdminHandler: AsyncHTTPHandler {
     let metrics: Metrics
     let store: any DedupeStore
     let policyLoaded: Bool
@@ -21,7 +21,7 @@ struct AdminHandler: HTTPHandler {
         }
     }
 
-    func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
+    func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
         Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
     }
 

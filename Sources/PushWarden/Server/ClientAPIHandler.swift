@@ -38,8 +38,9 @@ public final class ClientAPIHandler: HTTPHandler {
 
     public func decide(_ head: HTTPRequestHead) -> HeadDecision {
         switch resolve(head) {
-        case .success(let (app, _)):
-            return .readBody(limit: app.policy.client.maxBody)
+        case .success(let resolved):
+            // The route and app travel with the request: nothing resolves them again.
+            return .readBody(limit: resolved.app.policy.client.maxBody, context: resolved)
         case .failure(let error):
             let requestID = RequestID.from(head.headers)
             metrics.request(app: "-", route: "-", status: error.status)
@@ -47,11 +48,10 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    public func payloadTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
-        let limit = (try? resolve(head).get())?.0.policy.client.maxBody ?? 0
-        let error = ContractError(.payloadTooLarge, "request body exceeds \(limit) bytes")
-        let (app, route) = labels(head)
-        metrics.request(app: app, route: route, status: error.status)
+    public func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
+        let resolved = context as? Resolved
+        let error = ContractError(.payloadTooLarge, "request body exceeds \(resolved?.app.policy.client.maxBody ?? 0) bytes")
+        metrics.request(app: resolved?.app.policy.id ?? "-", route: resolved?.route.rawValue ?? "-", status: error.status)
         return Responses.error(error, requestID: RequestID.from(head.headers))
     }
 
@@ -67,8 +67,9 @@ public final class ClientAPIHandler: HTTPHandler {
 
     /// Runs on the request's loop: authentication, validation and, for a registration, the dedupe
     /// lookups. A registration every upstream already has is answered right here, without a task
-    /// or a thread hop: the hot path of a registration storm. Everything else continues in
-    /// `complete`, on Swift concurrency.
+    /// or a thread hop: the hot path of a registration storm. Everything else continues in a
+    /// task, which prefers the request's loop: its Redis commands go over the loop's own
+    /// connection and it resumes there, instead of crossing to the pool and back.
     public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
         let requestID = RequestID.from(request.head.headers)
         let accepted: Accepted
@@ -79,12 +80,31 @@ public final class ClientAPIHandler: HTTPHandler {
         case .success(let value):
             accepted = value
         }
-        // Tasks prefer the request's loop: their Redis commands go over the loop's own
-        // connection and they resume there, instead of crossing to the pool and back.
-        guard case .register(let installation) = accepted.body else {
-            Task(executorPreference: loop) { [self] in responder.respond(await complete(accepted)) }
-            return
+        switch accepted.body {
+        case .register(let installation):
+            register(installation, accepted, on: loop, responder: responder)
+        case .unregister(let pushToken):
+            Task(executorPreference: loop) { [self] in
+                let outcomes = await registrar.unregister(pushToken, from: accepted.origin)
+                responder.respond(answer(upstreams(outcomes, accepted), accepted))
+            }
+        case .events(let events):
+            Task(executorPreference: loop) { [self] in
+                let outcomes = await registrar.report(events, from: accepted.origin)
+                let body = upstreams(outcomes, accepted).map { body in
+                    var body = body
+                    body.members.insert(JSONMember("accepted", .number(String(events.count))), at: 0)
+                    return body
+                }
+                responder.respond(answer(body, accepted))
+            }
         }
+    }
+
+    /// A registration: the plan and its dedupe lookups on the loop; the answer right there when
+    /// every upstream has it already, else the registrar's work in a task.
+    private func register(_ installation: Installation, _ accepted: Accepted, on loop: EventLoop, responder: HTTPResponder) {
+        let requestID = accepted.requestID
         let plan: RegisterPlan
         do throws(ContractError) {
             plan = try registrar.plan(installation, for: accepted.origin)
@@ -100,21 +120,14 @@ public final class ClientAPIHandler: HTTPHandler {
                 logger.debug("registered", [("app", accepted.appLabel), ("request_id", requestID),
                                             ("token", Redact.token(installation.pushToken)),
                                             ("contact", Redact.contact(accepted.session.contactID))])
-                responder.respond(answer(upstreams(unchanged, accepted), app: accepted.appLabel, route: accepted.routeLabel,
-                                         requestID: requestID))
+                responder.respond(answer(upstreams(unchanged, accepted), accepted))
                 return
             }
             Task(executorPreference: loop) { [self] in
                 let outcomes = await registrar.register(installation, plan: plan, cached: cached, from: accepted.origin)
-                responder.respond(answer(upstreams(outcomes, accepted), app: accepted.appLabel, route: accepted.routeLabel,
-                                         requestID: requestID))
+                responder.respond(answer(upstreams(outcomes, accepted), accepted))
             }
         }
-    }
-
-    /// The server answers every request through `start`.
-    public func handle(_ request: HTTPRequest) async -> HTTPResponse {
-        preconditionFailure("ClientAPIHandler answers through start(_:on:responder:)")
     }
 
     /// A request that passed routing, authentication, the rate limit and body validation.
@@ -156,11 +169,11 @@ public final class ClientAPIHandler: HTTPHandler {
     }
 
     private func accept(_ request: HTTPRequest, requestID: String) -> Result<Accepted, Refusal> {
-        let app: AppRuntime, route: Route
-        switch resolve(request.head) {
-        case .success(let resolved): (app, route) = resolved
-        case .failure(let error): return .failure(Refusal(error: error))
+        // `decide` resolved the route and app; the server hands them back with every request it reads.
+        guard let resolved = request.context as? Resolved else {
+            return .failure(Refusal(error: ContractError(.internal, "request without the route its head resolved to")))
         }
+        let (app, route) = (resolved.app, resolved.route)
         do throws(ContractError) {
             let session = try authenticate(request.head.headers, app: app, requestID: requestID)
             try rateLimiter.admit(app: app.policy, route: route.rawValue, contactID: session.contactID)
@@ -181,35 +194,13 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    /// An accepted unregister or events batch, on Swift concurrency.
-    private func complete(_ accepted: Accepted) async -> HTTPResponse {
-        let result: Result<JSONObject, ContractError>
-        switch accepted.body {
-        case .register(let installation):
-            // `start` registers without coming here; a plan is made once, on the loop.
-            let outcomes: [(String, UpstreamOutcome)]
-            do throws(ContractError) {
-                let plan = try registrar.plan(installation, for: accepted.origin)
-                outcomes = await registrar.register(installation, plan: plan, from: accepted.origin)
-            } catch {
-                return answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
-            }
-            result = upstreams(outcomes, accepted)
-        case .unregister(let pushToken):
-            result = upstreams(await registrar.unregister(pushToken, from: accepted.origin), accepted)
-        case .events(let events):
-            result = upstreams(await registrar.report(events, from: accepted.origin), accepted).map { body in
-                var body = body
-                body.members.insert(JSONMember("accepted", .number(String(events.count))), at: 0)
-                return body
-            }
-        }
-        return answer(result, app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
-    }
-
     /// The `upstreams` map of a 202, or the primary's failure as the contract's error.
     private func upstreams(_ outcomes: [(String, UpstreamOutcome)], _ accepted: Accepted) -> Result<JSONObject, ContractError> {
         Result { () throws(ContractError) in try accepted.app.answer(outcomes, logger: logger, requestID: accepted.requestID) }
+    }
+
+    private func answer(_ result: Result<JSONObject, ContractError>, _ accepted: Accepted) -> HTTPResponse {
+        answer(result, app: accepted.appLabel, route: accepted.routeLabel, requestID: accepted.requestID)
     }
 
     /// The 202 with `request_id` first, or the contract's envelope; counted either way.
@@ -236,9 +227,15 @@ public final class ClientAPIHandler: HTTPHandler {
         case register, unregister, events
     }
 
+    /// A request's route and app, resolved once from its head.
+    struct Resolved: Sendable {
+        let app: AppRuntime
+        let route: Route
+    }
+
     /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`,
-    /// matched byte by byte (this runs twice per request).
-    func resolve(_ head: HTTPRequestHead) -> Result<(AppRuntime, Route), ContractError> {
+    /// matched byte by byte, once per request (in `decide`).
+    func resolve(_ head: HTTPRequestHead) -> Result<Resolved, ContractError> {
         let path = head.path.utf8
         guard path.starts(with: Self.prefix) else { return .failure(ContractError(.notFound, "no such route")) }
         let afterPrefix = path.index(path.startIndex, offsetBy: Self.prefix.count)
@@ -265,7 +262,7 @@ public final class ClientAPIHandler: HTTPHandler {
         guard Self.isJSON(head.headers["Content-Type"]) else {
             return .failure(ContractError(.unsupportedMediaType, "Content-Type must be application/json"))
         }
-        return .success((app, route))
+        return .success(Resolved(app: app, route: route))
     }
 
     private static let prefix = Array("/v1/apps/".utf8)
@@ -286,11 +283,6 @@ public final class ClientAPIHandler: HTTPHandler {
         }
         let rest = utf8.drop { $0 == 0x20 || $0 == 0x09 }
         return rest.isEmpty || rest.first == UInt8(ascii: ";")
-    }
-
-    private func labels(_ head: HTTPRequestHead) -> (String, String) {
-        guard let (app, route) = try? resolve(head).get() else { return ("-", "-") }
-        return (app.policy.id, route.rawValue)
     }
 
     // MARK: Session
