@@ -16,13 +16,13 @@
 # (one contact each), so that the fuzzer tests validation rather than the rate limit (429 is
 # documented, and allowed where the fuzzer still meets it).
 #
-# Environment: OPENAPI_MAX_EXAMPLES (default 150 per operation), OPENAPI_SEED (default 20260701),
+# Environment: OPENAPI_MAX_EXAMPLES (default 500 per operation), OPENAPI_SEED (default 20260701),
 # OPENAPI_SPEC (default openapi.yaml at the root; a broken copy shows the check can fail).
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 SPEC=${OPENAPI_SPEC:-$ROOT/openapi.yaml}
-MAX_EXAMPLES=${OPENAPI_MAX_EXAMPLES:-150}
+MAX_EXAMPLES=${OPENAPI_MAX_EXAMPLES:-500}
 SEED=${OPENAPI_SEED:-20260701}
 POOL=${OPENAPI_TOKEN_POOL:-128}
 
