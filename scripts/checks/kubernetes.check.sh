@@ -24,6 +24,8 @@ cd "$ROOT"
 K8S_DIR=${K8S_DIR:-deploy/kubernetes}
 K8S_VERSION=1.33.0
 ensure_apt curl python3 python3-venv
+# What `swift build --product pushwarden` links (the C libraries' -dev packages).
+ensure_apt pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev
 ensure_venv kubernetes-validate==1.37.0
 failed=0
 

@@ -20,6 +20,8 @@ MARKER="(once durable delivery lands)"
 DASHBOARDS=${DASHBOARDS:-$(ls deploy/grafana/*.json)}
 
 ensure_apt curl openssl python3 python3-venv
+# What `swift build --product pushwarden` links (the C libraries' -dev packages).
+ensure_apt pkg-config libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libssl-dev libyaml-dev
 ensure_venv promql-parser==0.11.0
 
 # promtool: the one on PATH, else the one in Debian's prometheus package, unpacked under .build
