@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CShims
 import Dispatch
+import HTTPClient
 import PWCore
 import PWPolicy
 import PushWarden
@@ -18,6 +19,7 @@ let usage = """
       pushwarden policy check FILE...
       pushwarden policy explain FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
+      pushwarden healthcheck [--admin HOST:PORT]
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
       PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
@@ -40,8 +42,8 @@ func environment(_ name: String) -> String? {
     return s.isEmpty ? nil : s
 }
 
-/// `--name value` pairs; a flag given twice or without a value is an error.
-func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>) -> [String: String] {
+/// `--name value` pairs; a flag given twice or without a value is an error (exit `code`).
+func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>, code: Int32 = 2) -> [String: String] {
     var flags: [String: String] = [:]
     var i = arguments.startIndex
     while i < arguments.endIndex {
@@ -52,13 +54,13 @@ func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>) -> [Strin
             name = String(argument[..<eq])
             value = String(argument[argument.index(after: eq)...])
         }
-        guard name.hasPrefix("--"), allowed.contains(String(name.dropFirst(2))) else { fail("unknown argument \(argument)\n\(usage)") }
+        guard name.hasPrefix("--"), allowed.contains(String(name.dropFirst(2))) else { fail("unknown argument \(argument)\n\(usage)", code: code) }
         if value == nil {
             i += 1
-            guard i < arguments.endIndex else { fail("\(name) needs a value") }
+            guard i < arguments.endIndex else { fail("\(name) needs a value", code: code) }
             value = arguments[i]
         }
-        guard flags[String(name.dropFirst(2))] == nil else { fail("\(name) given twice") }
+        guard flags[String(name.dropFirst(2))] == nil else { fail("\(name) given twice", code: code) }
         flags[String(name.dropFirst(2))] = value
         i += 1
     }
@@ -233,6 +235,43 @@ func devToken(_ arguments: ArraySlice<String>) -> Never {
     exit(0)
 }
 
+// MARK: healthcheck
+
+/// `pushwarden healthcheck`: GET /healthz on the admin listener with the project's own HTTP
+/// client, for a container's HEALTHCHECK (the runtime image has no curl). Exit 0 on 200 and 1 on
+/// anything else, usage errors included (Docker reserves 2); one line says why.
+func healthcheck(_ arguments: ArraySlice<String>) async -> Never {
+    let flags = parseFlags(arguments, allowed: ["admin"], code: 1)
+    let text = flags["admin"] ?? environment("PUSHWARDEN_ADMIN") ?? "127.0.0.1:9090"
+    guard var admin = HostPort(text), admin.port > 0 else { fail("healthcheck: --admin must be HOST:PORT, not \(text)", code: 1) }
+    // A wildcard listen address (the image's PUSHWARDEN_ADMIN=0.0.0.0:9090) is reached on loopback.
+    if admin.host == "0.0.0.0" { admin.host = "127.0.0.1" } else if admin.host == "::" { admin.host = "::1" }
+    let url = "http://\(admin)/healthz"
+    let client: HTTPClient
+    do {
+        client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1, maxTotalConnections: 1,
+                                                     maxResponseBytes: 64 * 1024, userAgent: "pushwarden-healthcheck"))
+    } catch {
+        fail("healthcheck: unhealthy: cannot start the HTTP client: \(error.detail)", code: 1)
+    }
+    let outcome: Result<HTTPClientResponse, HTTPClientError>
+    do {
+        outcome = .success(try await client.execute(.init(method: "GET", url: url, timeoutMillis: 1500, connectTimeoutMillis: 1000)))
+    } catch {
+        outcome = .failure(error)
+    }
+    client.shutdown()
+    switch outcome {
+    case .success(let response) where response.status == 200:
+        print("healthy: \(url) answered 200")
+        exit(0)
+    case .success(let response):
+        fail("healthcheck: unhealthy: \(url) answered \(response.status)", code: 1)
+    case .failure(let error):
+        fail("healthcheck: unhealthy: \(url): \(error.kind) (\(error.detail))", code: 1)
+    }
+}
+
 // MARK: main
 
 let arguments = CommandLine.arguments.dropFirst()
@@ -240,6 +279,7 @@ switch arguments.first {
 case "serve": await serve(arguments.dropFirst())
 case "policy": policyCommand(arguments.dropFirst())
 case "dev-token": devToken(arguments.dropFirst())
+case "healthcheck": await healthcheck(arguments.dropFirst())
 case "-h", "--help", "help": print(usage); exit(0)
 default: fail(usage)
 }

@@ -152,4 +152,67 @@ import Testing
         #expect(!logText.contains(apns))
         #expect(!logText.contains(token))
     }
+
+    /// `serve` on ports the kernel picks; returns once the first log line names them.
+    static func startSidecar(environment: [String: String]) throws -> (process: Process, listen: String, admin: String) {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+        process.currentDirectoryURL = packageRoot
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        var logText = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !logText.contains("pushwarden listening"), Date() < deadline {
+            let chunk = err.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            logText += String(decoding: chunk, as: UTF8.self)
+        }
+        guard let line = logText.split(separator: "\n").first(where: { $0.contains("pushwarden listening") }),
+              let fields = try? JSONValue.parse(String(line)).objectValue,
+              let listen = fields["listen"]?.stringValue, let admin = fields["admin"]?.stringValue else {
+            process.terminate()
+            throw StartFailure(log: logText)
+        }
+        // Nothing reads stderr from here on: send it nowhere so the sidecar never blocks on a full pipe.
+        err.fileHandleForReading.readabilityHandler = { _ = $0.availableData }
+        return (process, listen, admin)
+    }
+
+    struct StartFailure: Error { var log: String }
+
+    /// The container's HEALTHCHECK: 0 and one line when /healthz answers 200 (by flag or by
+    /// PUSHWARDEN_ADMIN, a wildcard address reached on loopback), 1 and one line otherwise.
+    @Test func healthcheckAgainstARunningSidecar() throws {
+        let sidecar = try Self.startSidecar(environment: ["PUSHWARDEN_DEMO_SESSION_SECRET": "healthcheck-secret-0123456789abcdef"])
+        defer { sidecar.process.terminate(); sidecar.process.waitUntilExit() }
+        let byFlag = try Self.run(["healthcheck", "--admin", sidecar.admin])
+        #expect(byFlag.status == 0, "\(byFlag.stdout)\(byFlag.stderr)")
+        #expect(byFlag.stdout == "healthy: http://\(sidecar.admin)/healthz answered 200\n")
+        let port = try #require(sidecar.admin.split(separator: ":").last)
+        let byEnvironment = try Self.run(["healthcheck"], environment: ["PUSHWARDEN_ADMIN": "0.0.0.0:\(port)"])
+        #expect(byEnvironment.status == 0, "\(byEnvironment.stdout)\(byEnvironment.stderr)")
+        #expect(byEnvironment.stdout.contains("http://127.0.0.1:\(port)/healthz answered 200"))
+        // The client listener is no admin listener: its /healthz is the contract's 404.
+        let wrongListener = try Self.run(["healthcheck", "--admin", sidecar.listen])
+        #expect(wrongListener.status == 1)
+        #expect(wrongListener.stderr.contains("answered 404"), "\(wrongListener.stderr)")
+    }
+
+    @Test func healthcheckAgainstAClosedPort() throws {
+        let port = try #require(Loopback.unusedPort())
+        let started = Date()
+        let closed = try Self.run(["healthcheck", "--admin", "127.0.0.1:\(port)"])
+        #expect(closed.status == 1)
+        #expect(closed.stdout.isEmpty)
+        #expect(closed.stderr.hasSuffix("\n") && closed.stderr.dropLast().split(separator: "\n").count == 1, "\(closed.stderr)")
+        #expect(closed.stderr.contains("unhealthy: http://127.0.0.1:\(port)/healthz: connect"), "\(closed.stderr)")
+        #expect(Date().timeIntervalSince(started) < 5)
+        let usage = try Self.run(["healthcheck", "--admin", "not-an-address"])
+        #expect(usage.status == 1, "Docker reserves exit code 2")
+        #expect(usage.stderr.contains("--admin must be HOST:PORT"))
+    }
 }
