@@ -2,8 +2,29 @@ import Loops
 
 /// Why the store could not answer. Callers degrade (forward without dedupe) rather than fail.
 public struct StoreError: Error, Sendable, Equatable {
+    /// What failed; code branches on this, never on `detail`.
+    public enum Kind: Sendable, Equatable {
+        /// No answer: no connection, a broken one, or the reconnect backoff.
+        case unavailable
+        /// No answer in time.
+        case timeout
+        /// The store does not know the script it was asked to run by its hash (Redis `NOSCRIPT`,
+        /// after a restart or `SCRIPT FLUSH`): send its source.
+        case missingScript
+        /// The store answered with an error of its own.
+        case refused
+        /// An answer of a shape the command never gives.
+        case unexpectedReply
+    }
+
+    public var kind: Kind
+    /// For the log only.
     public var detail: String
-    public init(_ detail: String) { self.detail = detail }
+
+    public init(_ kind: Kind, _ detail: String) {
+        self.kind = kind
+        self.detail = detail
+    }
 }
 
 /// What `checkAndLock` found.

@@ -25,7 +25,7 @@ public final class RedisStore: DedupeStore {
             case .success(let reply):
                 completion(Result { () throws(StoreError) in try Self.value(ofGET: reply) })
             case .failure(let error):
-                completion(.failure(StoreError("redis \(error.kind): \(error.detail)")))
+                completion(.failure(Self.storeError(error)))
             }
         }
     }
@@ -35,9 +35,9 @@ public final class RedisStore: DedupeStore {
     private static func value(ofGET reply: RedisReply) throws(StoreError) -> String? {
         switch reply {
         case .null: return nil
-        case .error(let message): throw StoreError("redis error: \(message)")
+        case .error(let message): throw Self.storeError(replied: message)
         default:
-            guard let value = reply.string else { throw StoreError("unexpected GET reply") }
+            guard let value = reply.string else { throw StoreError(.unexpectedReply, "unexpected GET reply") }
             return value
         }
     }
@@ -78,7 +78,7 @@ public final class RedisStore: DedupeStore {
         case .null:
             return current ? .current : .busy
         default:
-            throw StoreError("unexpected SET NX reply")
+            throw StoreError(.unexpectedReply, "unexpected SET NX reply")
         }
     }
 
@@ -96,7 +96,7 @@ public final class RedisStore: DedupeStore {
         let tail = [String(keys.count)] + keys + arguments
         do {
             return try await send(["EVALSHA", script.sha1] + tail)
-        } catch where error.detail.hasPrefix("redis error: NOSCRIPT") {
+        } catch where error.kind == .missingScript {
             return try await send(["EVAL", script.source] + tail)
         }
     }
@@ -141,14 +141,29 @@ public final class RedisStore: DedupeStore {
         let reply: RedisReply
         switch result {
         case .success(let value): reply = value
-        case .failure(let error): throw StoreError("redis \(error.kind): \(error.detail)")
+        case .failure(let error): throw storeError(error)
         }
-        if case .error(let message) = reply { throw StoreError("redis error: \(message)") }
+        if case .error(let message) = reply { throw storeError(replied: message) }
         return reply
     }
 
+    private static func storeError(_ error: RedisError) -> StoreError {
+        switch error.kind {
+        case .timeout: return StoreError(.timeout, "redis timeout: \(error.detail)")
+        case .protocolError: return StoreError(.unexpectedReply, "redis protocol error: \(error.detail)")
+        case .unavailable, .closed: return StoreError(.unavailable, "redis \(error.kind): \(error.detail)")
+        }
+    }
+
+    /// An error reply. Its first word is Redis's error code (`NOSCRIPT No matching script...`):
+    /// read once, here at the protocol's edge, into a kind.
+    private static func storeError(replied message: String) -> StoreError {
+        let code = message.prefix { $0 != " " }
+        return StoreError(code == "NOSCRIPT" ? .missingScript : .refused, "redis error: \(message)")
+    }
+
     private func expectOK(_ reply: RedisReply) throws(StoreError) {
-        guard case .status("OK") = reply else { throw StoreError("unexpected reply") }
+        guard case .status("OK") = reply else { throw StoreError(.unexpectedReply, "unexpected reply") }
     }
 }
 
