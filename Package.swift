@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "PWCrypto", dependencies: ["COpenSSL"]),
         .target(name: "HTTPServer", dependencies: ["PWCore", "Loops", "CMicroHTTPD", "CShims"]),
         .target(name: "HTTPClient", dependencies: ["PWCore", "Loops", "CCurl", "CShims"]),
-        .target(name: "RedisClient", dependencies: ["Loops", "CHiredis", "CShims"]),
+        .target(name: "RedisClient", dependencies: ["PWCore", "Loops", "CHiredis", "CShims"]),
 
         // MARK: Domain built on the wrappers
         .target(name: "SessionAuth", dependencies: ["PWCore", "PWPolicy", "PWCrypto"]),

@@ -53,43 +53,25 @@ public enum EndpointURL {
         guard !authority.contains(UInt8(ascii: "@")) else { throw malformed("no user information") }
         guard !authority.contains(UInt8(ascii: "%")) else { throw malformed("no percent-encoding in the host") }
 
-        var hostBytes: ArraySlice<UInt8>
-        var portBytes: ArraySlice<UInt8>?
-        if authority[0] == UInt8(ascii: "[") {
-            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { throw malformed("unclosed IPv6 literal") }
-            hostBytes = authority[1..<close]
-            let after = authority[(close + 1)...]
-            if let first = after.first {
-                guard first == UInt8(ascii: ":") else { throw malformed("unexpected characters after the IPv6 literal") }
-                portBytes = after.dropFirst()
-            }
-        } else {
-            if let colon = authority.lastIndex(of: UInt8(ascii: ":")) {
-                hostBytes = authority[0..<colon]
-                portBytes = authority[(colon + 1)...]
-            } else {
-                hostBytes = authority[...]
-            }
-            guard !hostBytes.contains(UInt8(ascii: "[")) && !hostBytes.contains(UInt8(ascii: "]")) else {
-                throw malformed("invalid host")
-            }
+        // The shared authority parser, then this field's stricter rules on the host.
+        let parsed: Authority
+        switch Authority.parse(String(decoding: authority, as: UTF8.self)) {
+        case .success(let value): parsed = value
+        case .failure(.unclosedBracket): throw malformed("unclosed IPv6 literal")
+        case .failure(.textAfterBracket): throw malformed("unexpected characters after the IPv6 literal")
+        case .failure(.badPort): throw malformed("invalid port")
+        case .failure(.emptyHost): throw malformed("missing host")
+        case .failure(.colonInHost): throw malformed("invalid host")
         }
-        if let portBytes {
-            guard !portBytes.isEmpty, portBytes.count <= 5, portBytes.allSatisfy(Text.isDigit),
-                  let port = Int(String(decoding: portBytes, as: UTF8.self)), port >= 1, port <= 65535 else {
-                throw malformed("invalid port")
-            }
-        }
-        guard !hostBytes.isEmpty else { throw malformed("missing host") }
+        guard parsed.port != 0 else { throw malformed("invalid port") }
+        guard parsed.bracketed || !parsed.host.contains(where: { $0 == "[" || $0 == "]" }) else { throw malformed("invalid host") }
 
         let verdict: HostVerdict
-        if authority[0] == UInt8(ascii: "[") {
-            guard let address = IPv6Address(String(decoding: hostBytes, as: UTF8.self)) else {
-                throw malformed("invalid IPv6 address")
-            }
+        if parsed.bracketed {
+            guard let address = IPv6Address(String(parsed.host)) else { throw malformed("invalid IPv6 address") }
             verdict = address.isPubliclyRoutable ? .publicAddress : .notRoutable
         } else {
-            verdict = classifyName(Text.asciiLowercased(String(decoding: hostBytes, as: UTF8.self)))
+            verdict = classifyName(Text.asciiLowercased(String(parsed.host)))
         }
         switch verdict {
         case .publicAddress, .publicName:
@@ -135,7 +117,7 @@ public enum EndpointURL {
         if name.hasSuffix(".") { name.removeLast() }
         let labels = name.split(separator: ".", omittingEmptySubsequences: false)
         guard !name.isEmpty, labels.allSatisfy({ !$0.isEmpty }) else { return .malformed("invalid host") }
-        guard name.utf8.allSatisfy({ Text.isAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") }) else {
+        guard name.utf8.allSatisfy({ ByteClass.isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") }) else {
             return .malformed("invalid host")
         }
         // The WHATWG URL standard reads a host whose last label is a number as an IPv4 address.
@@ -152,7 +134,7 @@ public enum EndpointURL {
 
     static func endsInNumber(_ label: String) -> Bool {
         let b = Array(label.utf8)
-        if b.allSatisfy(Text.isDigit) { return true }
+        if b.allSatisfy(ByteClass.isDigit) { return true }
         if b.count >= 2, b[0] == UInt8(ascii: "0"), b[1] == UInt8(ascii: "x") || b[1] == UInt8(ascii: "X") {
             return b[2...].allSatisfy(Text.isHexDigit)
         }
@@ -229,7 +211,7 @@ struct IPv4Address: Equatable {
     static func isCanonical(_ parts: [String]) -> Bool {
         parts.count == 4 && parts.allSatisfy { part in
             let b = Array(part.utf8)
-            return !b.isEmpty && b.count <= 3 && b.allSatisfy(Text.isDigit) && (b.count == 1 || b[0] != UInt8(ascii: "0"))
+            return !b.isEmpty && b.count <= 3 && b.allSatisfy(ByteClass.isDigit) && (b.count == 1 || b[0] != UInt8(ascii: "0"))
                 && (Int(part) ?? 256) <= 255
         }
     }

@@ -74,7 +74,7 @@ enum PushTokenRules {
 
     /// An FCM registration token's alphabet (base64url plus `:` and `.`).
     static func isFCMCharacter(_ b: UInt8) -> Bool {
-        Text.isAlnum(b) || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: ":") || b == UInt8(ascii: ".")
+        ByteClass.isAlphanumeric(b) || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: ":") || b == UInt8(ascii: ".")
     }
 
     /// Even-length hex of at least 64 characters: what every APNs device token looks like.

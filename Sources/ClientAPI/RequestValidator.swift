@@ -147,10 +147,10 @@ public enum RequestValidator {
             osVersion: try metadataField(r, "os_version", max: 64),
             deviceModel: try metadataField(r, "device_model", max: 128),
             locale: try metadataField(r, "locale", max: 35, charset: "letters, digits, - and _") {
-                Text.isAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+                ByteClass.isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
             },
             timezone: try metadataField(r, "timezone", max: 64, charset: "letters, digits, _ + - and /") {
-                Text.isAlnum($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "/")
+                ByteClass.isAlphanumeric($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "/")
             })
 
         return Installation(platform: platform, pushService: service, pushToken: token, webPushKeys: keys,

@@ -1,3 +1,5 @@
+import PWCore
+
 /// Character-level checks shared by every field. Lengths count Unicode scalars, which for the
 /// ASCII-only fields (tokens, ids, locale, timezone) is the byte count. Which characters no value
 /// may hold is `TextRules` (PWCore), the rule the session's contact id obeys too.
@@ -24,7 +26,7 @@ enum Text {
 
     /// Printable ASCII without space (0x21...0x7E).
     static func isVisibleASCII(_ s: String) -> Bool {
-        all(s) { $0 >= 0x21 && $0 <= 0x7E }
+        all(s, in: ByteClass.isVisible)
     }
 
     /// Whether every UTF-8 byte of `s` passes `allowed`, read from contiguous storage (iterating
@@ -38,14 +40,8 @@ enum Text {
         }
     }
 
-    static func isAlnum(_ b: UInt8) -> Bool {
-        (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
-    }
-
-    static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
-
     static func isHexDigit(_ b: UInt8) -> Bool {
-        isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66)
+        ByteClass.isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66)
     }
 
     static func hexValue(_ b: UInt8) -> UInt32? {

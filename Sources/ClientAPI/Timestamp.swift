@@ -1,3 +1,5 @@
+import PWCore
+
 /// RFC 3339 `date-time` (the ISO-8601 profile Voyado's `occurred_at` uses), read strictly:
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, upper-case `T` and `Z`, one to nine fraction
 /// digits, a real calendar date (leap years included), seconds 00...59 (a leap second is not
@@ -11,7 +13,7 @@ enum Timestamp {
             guard start + count <= b.count else { return nil }
             var v = 0
             for i in start..<(start + count) {
-                guard Text.isDigit(b[i]) else { return nil }
+                guard ByteClass.isDigit(b[i]) else { return nil }
                 v = v * 10 + Int(b[i] - 0x30)
             }
             return v
@@ -29,7 +31,7 @@ enum Timestamp {
         if byte(i, is: ".") {
             i += 1
             let start = i
-            while i < b.count, Text.isDigit(b[i]) { i += 1 }
+            while i < b.count, ByteClass.isDigit(b[i]) { i += 1 }
             guard (1...9).contains(i - start) else { return false }
         }
         if byte(i, is: "Z") { return i + 1 == b.count }

@@ -97,9 +97,9 @@ public final class HTTPClient: Sendable {
             return "unsupported URL scheme"
         }
         guard !url.contains(where: { $0 <= 0x20 || $0 == 0x7F }) else { return "URL contains whitespace or control characters" }
-        guard !request.method.isEmpty, request.method.utf8.allSatisfy(isTokenByte) else { return "invalid method" }
+        guard !request.method.isEmpty, request.method.utf8.allSatisfy(ByteClass.isToken) else { return "invalid method" }
         for field in request.headers {
-            guard !field.name.isEmpty, field.name.utf8.allSatisfy(isTokenByte) else { return "invalid header name" }
+            guard !field.name.isEmpty, field.name.utf8.allSatisfy(ByteClass.isToken) else { return "invalid header name" }
             guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 }) else {
                 return "invalid header value"
             }
@@ -118,21 +118,5 @@ public final class HTTPClient: Sendable {
         }
         return true
     }
-
-    /// RFC 9110 `tchar`, as a bit set over the 128 ASCII bytes.
-    private static let tokenBits: (UInt64, UInt64) = {
-        var low: UInt64 = 0
-        var high: UInt64 = 0
-        for b in "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8 {
-            if b < 64 { low |= 1 << UInt64(b) } else { high |= 1 << UInt64(b - 64) }
-        }
-        return (low, high)
-    }()
-
-    private static func isTokenByte(_ b: UInt8) -> Bool {
-        let bits = tokenBits
-        if b < 64 { return bits.0 & (1 << UInt64(b)) != 0 }
-        if b < 128 { return bits.1 & (1 << UInt64(b - 64)) != 0 }
-        return false
-    }
 }
+

@@ -199,26 +199,25 @@ private struct JSONParser {
         guard index < bytes.count else { throw error("invalid number") }
         if bytes[index] == UInt8(ascii: "0") {
             index += 1
-        } else if isDigit(bytes[index]) {
-            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        } else if ByteClass.isDigit(bytes[index]) {
+            while index < bytes.count, ByteClass.isDigit(bytes[index]) { index += 1 }
         } else {
             throw error("invalid number")
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             index += 1
-            guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
-            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            guard index < bytes.count, ByteClass.isDigit(bytes[index]) else { throw error("invalid number") }
+            while index < bytes.count, ByteClass.isDigit(bytes[index]) { index += 1 }
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
             index += 1
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
-            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            guard index < bytes.count, ByteClass.isDigit(bytes[index]) else { throw error("invalid number") }
+            while index < bytes.count, ByteClass.isDigit(bytes[index]) { index += 1 }
         }
         return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
     }
 
-    func isDigit(_ byte: UInt8) -> Bool { byte >= 0x30 && byte <= 0x39 }
 
     mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // opening quote

@@ -1,3 +1,4 @@
+import PWCore
 import YAMLKit
 
 /// Collects diagnostics while the loader walks a YAML tree, and reads typed values out of nodes.
@@ -196,11 +197,7 @@ final class Checker {
 
     static func isEnvName(_ name: String) -> Bool {
         guard let first = name.utf8.first, !(first >= 0x30 && first <= 0x39) else { return false }
-        return name.utf8.allSatisfy { isAlnum($0) || $0 == 0x5F }
-    }
-
-    static func isAlnum(_ byte: UInt8) -> Bool {
-        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+        return name.utf8.allSatisfy { ByteClass.isAlphanumeric($0) || $0 == 0x5F }
     }
 
     /// Keeps echoed values short in messages.

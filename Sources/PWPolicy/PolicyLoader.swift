@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import PWCore
 import Glibc
 #endif
 import YAMLKit
@@ -249,7 +250,7 @@ struct PolicyReader {
 
     func headerName(_ node: YAMLNode, _ path: String) -> String? {
         guard let name = checker.string(node, path) else { return nil }
-        guard name.utf8.allSatisfy(Self.isTokenByte) else {
+        guard name.utf8.allSatisfy(ByteClass.isToken) else {
             checker.report(node.mark, path, "expected an HTTP header name (letters, digits and -)")
             return nil
         }
@@ -258,7 +259,7 @@ struct PolicyReader {
 
     func cookieName(_ node: YAMLNode, _ path: String) -> String? {
         guard let name = checker.string(node, path) else { return nil }
-        guard name.utf8.allSatisfy(Self.isTokenByte) else {
+        guard name.utf8.allSatisfy(ByteClass.isToken) else {
             checker.report(node.mark, path, "expected a cookie name (letters, digits, - and _)")
             return nil
         }
@@ -521,11 +522,5 @@ struct PolicyReader {
     static func isSafeID(_ id: String) -> Bool {
         guard !id.isEmpty, id.utf8.count <= 64 else { return false }
         return id.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F || $0 == 0x2D }
-    }
-
-    /// RFC 9110 token characters: what a header or cookie name may contain.
-    static func isTokenByte(_ byte: UInt8) -> Bool {
-        if Checker.isAlnum(byte) { return true }
-        return "!#$%&'*+-.^_`|~".utf8.contains(byte)
     }
 }

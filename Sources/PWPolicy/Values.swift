@@ -1,3 +1,5 @@
+import PWCore
+
 /// Parsers for the policy's small value languages (durations, sizes, rates, URLs). Pure functions:
 /// they return nil or a reason, and the loader turns that into a located diagnostic.
 enum Values {
@@ -95,28 +97,10 @@ struct URLParts: Equatable {
         let authority = rest[..<authorityEnd]
         let path = String(rest[authorityEnd...])
         if authority.contains("@") { return .failure(.credentials) }
-        var host: Substring
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return .failure(.malformed) }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return .failure(.malformed) }
-                portText = after.dropFirst()
-            }
-        } else if let colon = authority.firstIndex(of: ":") {
-            host = authority[..<colon]
-            portText = authority[authority.index(after: colon)...]
-        } else {
-            host = authority
-        }
-        guard !host.isEmpty, !host.contains(where: { $0 == " " || $0 == "\t" || $0 == "%" }) else { return .failure(.malformed) }
-        var port: Int?
-        if let portText {
-            guard let value = Values.number(portText), value >= 1, value <= 65535 else { return .failure(.malformed) }
-            port = value
-        }
+        guard case .success(let parsed) = Authority.parse(authority), parsed.port != 0,
+              !parsed.host.contains(where: { $0 == " " || $0 == "\t" || $0 == "%" }) else { return .failure(.malformed) }
+        let host = parsed.host
+        let port = parsed.port
         if path.contains(where: { $0 == " " || $0 == "\t" }) { return .failure(.malformed) }
         return .success(URLParts(scheme: scheme, host: host.lowercased(), port: port, path: path, query: query, fragment: fragment))
     }
@@ -138,8 +122,5 @@ struct URLParts: Equatable {
     }
 
     /// `host` or `host:port`, brackets restored for IPv6.
-    var hostAndPort: String {
-        let shown = host.contains(":") ? "[\(host)]" : host
-        return port.map { "\(shown):\($0)" } ?? shown
-    }
+    var hostAndPort: String { Authority.format(host: host, port: port) }
 }

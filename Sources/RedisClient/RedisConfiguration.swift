@@ -1,3 +1,4 @@
+import PWCore
 /// Where Redis is and how patient to be with it.
 ///
 /// The defaults suit the dedupe path: Redis is an optimisation there, so a slow or absent Redis
@@ -87,32 +88,18 @@ public struct RedisConfiguration: Sendable, Equatable {
             password = pass.isEmpty ? nil : pass
         }
 
-        var host: Substring
-        var portText: Substring?
-        if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { throw invalid("unterminated IPv6 address") }
-            host = rest[rest.index(after: rest.startIndex)..<close]
-            let after = rest[rest.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { throw invalid("unexpected text after IPv6 address") }
-                portText = after.dropFirst()
-            }
-        } else if let colon = rest.firstIndex(of: ":") {
-            host = rest[..<colon]
-            portText = rest[rest.index(after: colon)...]
-        } else {
-            host = rest
+        let authority: Authority
+        switch Authority.parse(rest) {
+        case .success(let parsed): authority = parsed
+        case .failure(.unclosedBracket): throw invalid("unterminated IPv6 address")
+        case .failure(.textAfterBracket): throw invalid("unexpected text after IPv6 address")
+        case .failure(.emptyHost): throw invalid("missing host")
+        case .failure(.colonInHost): throw invalid("an IPv6 host must be written in brackets")
+        case .failure(.badPort): throw invalid("port must be 1-65535")
         }
-        guard !host.isEmpty else { throw invalid("missing host") }
-        guard !host.contains(where: { $0 == " " || $0 == "@" || $0 == "/" }) else { throw invalid("bad host") }
-        var port = 6379
-        if let portText {
-            guard portText.allSatisfy(\.isASCII), let value = Int(portText), (1...65535).contains(value) else {
-                throw invalid("port must be 1-65535")
-            }
-            port = value
-        }
-        self.init(host: String(host), port: port, username: username, password: password, database: database)
+        guard !authority.host.contains(where: { $0 == " " || $0 == "@" || $0 == "/" }) else { throw invalid("bad host") }
+        guard authority.port != 0 else { throw invalid("port must be 1-65535") }
+        self.init(host: String(authority.host), port: authority.port ?? 6379, username: username, password: password, database: database)
     }
 
     private static func percentDecoded(_ text: Substring, invalid: @autoclosure () -> RedisError) throws(RedisError) -> String {

@@ -1,3 +1,4 @@
+import PWCore
 import YAMLKit
 
 /// Voidhash push devices (seed 000): an API origin, the project's publishable key, and the values
@@ -94,7 +95,7 @@ extension PolicyReader {
     /// both platforms allow (`com.example.app`).
     private func voidhashBundleID(_ node: YAMLNode, _ path: String) -> String? {
         guard let text = checker.string(node, path) else { return nil }
-        let allowed = text.utf8.allSatisfy { Checker.isAlnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+        let allowed = text.utf8.allSatisfy { ByteClass.isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
         guard allowed, text.utf8.count <= 255 else {
             checker.report(node.mark, path, "expected a bundle id or package name like com.example.app (letters, digits, '.', '-' and '_', at most 255)")
             return nil

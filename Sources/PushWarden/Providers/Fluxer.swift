@@ -116,7 +116,7 @@ public struct FluxerAdapter: UpstreamAdapter {
         }
         let trimmed = String(value.trimmingSpaces())
         guard !trimmed.isEmpty, trimmed.utf8.count <= Self.maxSessionLength,
-              trimmed.utf8.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else {
+              trimmed.utf8.allSatisfy(ByteClass.isPrintable) else {
             throw ContractError(.unauthorized, "the \(config.sessionHeader) header does not hold a Fluxer session")
         }
         return trimmed

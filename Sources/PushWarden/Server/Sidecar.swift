@@ -48,26 +48,15 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
         self.port = port
     }
 
+    /// `HOST:PORT` or `:PORT` (every IPv4 address); the port is required.
     public init?(_ text: String) {
-        var host: Substring
-        let portText: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
-            host = text[text.index(after: text.startIndex)..<close]
-            portText = text[text.index(close, offsetBy: 2)...]
-        } else {
-            guard let colon = text.lastIndex(of: ":") else { return nil }
-            host = text[..<colon]
-            portText = text[text.index(after: colon)...]
-            if host.contains(":") { return nil }
-        }
-        if host.isEmpty { host = "0.0.0.0" }
-        guard let port = Int(portText), (0...65535).contains(port) else { return nil }
-        self.host = String(host)
+        let written = text.hasPrefix(":") ? "0.0.0.0" + text : text
+        guard case .success(let authority) = Authority.parse(written), let port = authority.port else { return nil }
+        self.host = String(authority.host)
         self.port = port
     }
 
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    public var description: String { Authority.format(host: host, port: port) }
 }
 
 /// Why the sidecar cannot start: the message is for the operator and never holds a secret.
