@@ -19,6 +19,9 @@ IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
+# Another pushwarden binary (an earlier commit's release build) served beside this one on the same
+# Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
+PW_BASELINE=${PW_BASELINE:-}
 PERF=${PERF:-}                         # PERF=1: perf-record PushWarden during P1 and P2 (bench-out/perf-*.data)
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 
@@ -42,7 +45,7 @@ for product in pushwarden mock-upstream bench-tool; do swift build -c release --
 bin=$(swift build -c release --show-bin-path)
 
 redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); nginx_proxy=$(free_port)
-pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port)
+pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port); base_port=$(free_port); base_admin=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
 redis_pid=$!
@@ -88,6 +91,14 @@ BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve 
   2>"$work/pushwarden.log" &
 pw_pid=$!
 pids+=($pw_pid)
+base_pid=0
+if [[ -n $PW_BASELINE ]]; then
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/policy.yaml" \
+    --listen "127.0.0.1:$base_port" --admin "127.0.0.1:$base_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
+    2>"$work/baseline.log" &
+  base_pid=$!
+  pids+=($base_pid)
+fi
 # Not PushWarden: the same HTTP server, Redis and upstream client with none of its work (see
 # Sources/BenchTool/Floor.swift), for the "(info)" rows that show what any path built on them reaches.
 "$bin/bench-tool" floor --port "$floor_port" --redis "redis://127.0.0.1:$redis_port" \
@@ -95,6 +106,7 @@ pids+=($pw_pid)
 floor_pid=$!
 pids+=($floor_pid)
 for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
+[[ -n $PW_BASELINE ]] && wait_port "$base_port"
 
 # run NAME URL CONNECTIONS DURATION [ENV=VALUE...]; LUA names the wrk script (none: plain GET)
 run() {
@@ -134,7 +146,7 @@ print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in
 cpu_ticks() {
   local out="" name pid
   ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-  for name in pushwarden:$pw_pid redis:$redis_pid mock:$mock_pid floor:$floor_pid wrk:$1; do
+  for name in pushwarden:$pw_pid baseline:$base_pid redis:$redis_pid mock:$mock_pid floor:$floor_pid wrk:$1; do
     out+="${name%%:*}=$(ticks "${name#*:}") "
   done
   local workers=0
@@ -151,6 +163,8 @@ register_lua=scripts/bench/register.lua
 warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
 echo "warming the dedupe cache (${warm_seconds}s per app)..." >&2
 LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+# The baseline may keep its dedupe entries under other keys: it warms its own.
+[[ -n $PW_BASELINE ]] && LUA=$register_lua run warmup_baseline "http://127.0.0.1:$base_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 
 for run_number in $(seq 1 "$RUNS"); do
@@ -166,6 +180,7 @@ if want hit; then
   LUA= run floor_inline "http://127.0.0.1:$floor_port/inline" "$HIT_CONNECTIONS" "$DURATION"
   LUA= run floor_redis "http://127.0.0.1:$floor_port/redis" "$HIT_CONNECTIONS" "$DURATION"
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
 if want tail && want hit; then
@@ -182,6 +197,7 @@ fi
 if want forwarded; then
   LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
+  [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_forwarded "http://127.0.0.1:$base_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=b$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
   LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"
 fi

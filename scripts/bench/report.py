@@ -55,6 +55,13 @@ scenario("nginx_proxy", "nginx proxy_pass", facts.get("fwd_conns"), "-", "-", "-
 p2 = ratio(rps("pw_forwarded"), rps("nginx_proxy"))
 scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.80x", f"{p2:.2f}x", p2 >= 0.8)
 info("floor_forward", "floor: HTTP + upstream call (info)", facts.get("fwd_conns"), "nginx_proxy")
+# PW_BASELINE: an earlier build beside this one, same run (info rows: this build / baseline).
+if "base_hit_hs256" in rows:
+    scenario("base_hit_hs256", "baseline P1 hit HS256 (info)", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", "-",
+             f"{ratio(rps('base_hit_hs256'), rps('nginx_static')):.2f}x; this/base {ratio(rps('pw_hit_hs256'), rps('base_hit_hs256')):.2f}", True)
+if "base_forwarded" in rows:
+    scenario("base_forwarded", "baseline P2 forwarded (info)", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", "-",
+             f"{ratio(rps('base_forwarded'), rps('nginx_proxy')):.2f}x; this/base {ratio(rps('pw_forwarded'), rps('base_forwarded')):.2f}", True)
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9
