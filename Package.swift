@@ -22,7 +22,7 @@ let package = Package(
         // MARK: Pure Swift, no C
         .target(name: "PWCore"),
         /// One thread, one epoll set: the loops that the server and the loop-local Redis connections share.
-        .target(name: "Loops", dependencies: ["CShims"]),
+        .target(name: "Loops", dependencies: ["PWCore", "CShims"]),
         .target(name: "PWPolicy", dependencies: ["PWCore", "YAMLKit"]),
         /// The client API's request shapes and every validation CONTRACT.md section 1 names.
         .target(name: "ClientAPI", dependencies: ["PWCore", "PWPolicy"]),

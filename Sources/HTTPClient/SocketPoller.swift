@@ -1,3 +1,4 @@
+import PWCore
 internal import CCurl
 internal import CShims
 #if canImport(Glibc)
@@ -191,11 +192,7 @@ final class SocketPoller: @unchecked Sendable {
         while withUnsafeMutableBytes(of: &buffer, { read(wakeRead, $0.baseAddress, $0.count) }) > 0 {}
     }
 
-    private static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-    }
+    private static func now() -> UInt64 { MonotonicClock.nowNanos() }
 }
 
 /// CURLMOPT_SOCKETFUNCTION. `userp` is the multi handle's poller, unretained (the multi handle owns it).

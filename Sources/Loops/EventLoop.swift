@@ -1,3 +1,4 @@
+import PWCore
 import CShims
 #if canImport(Glibc)
 import Glibc
@@ -237,12 +238,9 @@ public final class EventLoop: @unchecked Sendable {
         _ = read(wakeFD, &value, 8)
     }
 
-    /// CLOCK_MONOTONIC in nanoseconds.
-    public static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-    }
+    /// CLOCK_MONOTONIC in nanoseconds (`MonotonicClock`, the one clock every deadline uses).
+    @inline(__always)
+    public static func now() -> UInt64 { MonotonicClock.nowNanos() }
 }
 
 public struct LoopError: Error, Sendable, CustomStringConvertible {

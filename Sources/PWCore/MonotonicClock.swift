@@ -6,6 +6,7 @@ import Darwin
 
 /// CLOCK_MONOTONIC, for deadlines and windows that must not jump with the wall clock.
 public enum MonotonicClock {
+    @inline(__always)
     public static func nowNanos() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)

@@ -1,3 +1,4 @@
+import PWCore
 import CShims
 import Loops
 #if canImport(Glibc)
@@ -205,8 +206,4 @@ final class PipelinedConnection: Sendable {
     }
 }
 
-func monotonicNanos() -> UInt64 {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
-}
+func monotonicNanos() -> UInt64 { MonotonicClock.nowNanos() }
