@@ -177,15 +177,45 @@ public struct UpstreamPolicy: Sendable, Equatable {
     public var delivery: Delivery
     public var timeoutMillis: Int
     public var retry: RetryPolicy
+    /// How long queued deliveries are kept and when a dead replica's are taken over.
+    public var queue: QueuePolicy
+    public var circuit: CircuitPolicy
 
     public init(name: String, provider: ProviderConfig, role: Role = .primary, delivery: Delivery = .sync,
-                timeoutMillis: Int = 2000, retry: RetryPolicy = RetryPolicy()) {
+                timeoutMillis: Int = 2000, retry: RetryPolicy = RetryPolicy(), queue: QueuePolicy = QueuePolicy(),
+                circuit: CircuitPolicy = CircuitPolicy()) {
         self.name = name
         self.provider = provider
         self.role = role
         self.delivery = delivery
         self.timeoutMillis = timeoutMillis
         self.retry = retry
+        self.queue = queue
+        self.circuit = circuit
+    }
+}
+
+/// `upstreams[].queue` (CONTRACT section 7): a queued delivery is retried until `maxAge`, then
+/// dead-lettered; one claimed by a replica that stopped answering is taken over after `claimAfter`.
+public struct QueuePolicy: Sendable, Equatable {
+    public var maxAgeMillis: Int
+    public var claimAfterMillis: Int
+    public init(maxAgeMillis: Int = 86_400_000, claimAfterMillis: Int = 30_000) {
+        self.maxAgeMillis = maxAgeMillis
+        self.claimAfterMillis = claimAfterMillis
+    }
+}
+
+/// `upstreams[].circuit` (CONTRACT section 7): open after `failures` within `within`, fail fast
+/// while open, one probe after `openFor`.
+public struct CircuitPolicy: Sendable, Equatable {
+    public var failures: Int
+    public var withinMillis: Int
+    public var openForMillis: Int
+    public init(failures: Int = 5, withinMillis: Int = 10_000, openForMillis: Int = 30_000) {
+        self.failures = failures
+        self.withinMillis = withinMillis
+        self.openForMillis = openForMillis
     }
 }
 

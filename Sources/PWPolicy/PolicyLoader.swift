@@ -70,7 +70,7 @@ struct PolicyReader {
     let checker: Checker
     let sourcePath: String
 
-    static let commonUpstreamKeys = ["name", "provider", "role", "delivery", "timeout", "retry"]
+    static let commonUpstreamKeys = ["name", "provider", "role", "delivery", "timeout", "retry", "queue", "circuit"]
 
     /// How one provider's upstream block is read: its own keys (nil while the provider is not
     /// supported, so its keys cannot be judged) and the reader, which lives in
@@ -421,23 +421,50 @@ struct PolicyReader {
         var delivery: UpstreamPolicy.Delivery? = .sync
         if let node = fields["delivery"] {
             delivery = checker.choice(node, fields.at("delivery"), ["sync", "queued"]).flatMap(UpstreamPolicy.Delivery.init)
-            if delivery == .queued {
-                checker.report(node.mark, fields.at("delivery"), "delivery 'queued' is not supported in this version; use sync")
-                delivery = nil
-            }
         }
+        var queue: QueuePolicy? = QueuePolicy()
+        if let node = fields["queue"] { queue = self.queue(node, fields.at("queue")) }
+        var circuit: CircuitPolicy? = CircuitPolicy()
+        if let node = fields["circuit"] { circuit = self.circuit(node, fields.at("circuit")) }
         var timeout: Int? = 2000
         if let node = fields["timeout"] { timeout = checker.duration(node, fields.at("timeout"), min: 100, max: 30_000) }
         var retry: RetryPolicy? = RetryPolicy()
         if let node = fields["retry"] { retry = self.retry(node, fields.at("retry")) }
         let provider = fields.required("provider").flatMap { self.provider($0, fields) }
 
-        guard let name = parsed.name, let role = parsed.role, let delivery, let timeout, let retry, let provider else {
+        guard let name = parsed.name, let role = parsed.role, let delivery, let timeout, let retry, let queue, let circuit,
+              let provider else {
             return parsed
         }
         parsed.upstream = UpstreamPolicy(name: name, provider: provider, role: role, delivery: delivery,
-                                         timeoutMillis: timeout, retry: retry)
+                                         timeoutMillis: timeout, retry: retry, queue: queue, circuit: circuit)
         return parsed
+    }
+
+    /// `{max_age: 24h, claim_after: 30s}`: at least a second each, max_age at most 30 days.
+    func queue(_ node: YAMLNode, _ path: String) -> QueuePolicy? {
+        let fields = Fields(checker, node, path, allowed: ["max_age", "claim_after"])
+        guard fields.isMapping else { return nil }
+        var maxAge: Int? = QueuePolicy().maxAgeMillis
+        if let node = fields["max_age"] { maxAge = checker.duration(node, fields.at("max_age"), min: 1000, max: 30 * 86_400_000) }
+        var claimAfter: Int? = QueuePolicy().claimAfterMillis
+        if let node = fields["claim_after"] { claimAfter = checker.duration(node, fields.at("claim_after"), min: 1000, max: 3_600_000) }
+        guard let maxAge, let claimAfter else { return nil }
+        return QueuePolicy(maxAgeMillis: maxAge, claimAfterMillis: claimAfter)
+    }
+
+    /// `{failures: 5, within: 10s, open_for: 30s}`.
+    func circuit(_ node: YAMLNode, _ path: String) -> CircuitPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["failures", "within", "open_for"])
+        guard fields.isMapping else { return nil }
+        var failures: Int? = CircuitPolicy().failures
+        if let node = fields["failures"] { failures = checker.int(node, fields.at("failures"), in: 1...1000) }
+        var within: Int? = CircuitPolicy().withinMillis
+        if let node = fields["within"] { within = checker.duration(node, fields.at("within"), min: 100, max: 3_600_000) }
+        var openFor: Int? = CircuitPolicy().openForMillis
+        if let node = fields["open_for"] { openFor = checker.duration(node, fields.at("open_for"), min: 100, max: 3_600_000) }
+        guard let failures, let within, let openFor else { return nil }
+        return CircuitPolicy(failures: failures, withinMillis: within, openForMillis: openFor)
     }
 
     func provider(_ node: YAMLNode, _ fields: Fields) -> ProviderConfig? {

@@ -301,7 +301,7 @@ let badFixtures: [Fixture] = [
             provider: voyado
             base_path: https://example.com/api?tenant=1
             api_key: {env: VOYADO_API_KEY}
-            delivery: queued
+            delivery: later
             timeout: 1m
           - name: voyado
             provider: pushnotice
@@ -317,7 +317,7 @@ let badFixtures: [Fixture] = [
         "t.yaml:14:22: apps.Shop!.dedupe.refresh_after: must be at least 1m, found 10s",
         "t.yaml:16:9: apps.Shop!.upstreams[0]: missing required key 'role' (required when an app has more than one upstream)",
         "t.yaml:18:20: apps.Shop!.upstreams[0].base_path: a base path must not have a query (?) or fragment (#)",
-        "t.yaml:20:19: apps.Shop!.upstreams[0].delivery: delivery 'queued' is not supported in this version; use sync",
+        "t.yaml:20:19: apps.Shop!.upstreams[0].delivery: invalid value 'later'; expected one of: sync, queued",
         "t.yaml:21:18: apps.Shop!.upstreams[0].timeout: must be between 100ms and 30s, found 1m",
         "t.yaml:22:9: apps.Shop!.upstreams[1]: missing required key 'slug'",
         "t.yaml:22:9: apps.Shop!.upstreams[1]: missing required key 'api_key'",

@@ -68,10 +68,10 @@ import Testing
             "t.yaml:15:31: apps.shop.upstreams[0].provider_environment: invalid value 'sandbox'; expected one of: production, development",
         ]),
         ("a bot token is not a Fluxer key", "base_url: https://api.fluxer.app\nsession_header: X-Fluxer-Session\nbot_token: Bot MTIzNDU2Nzg5.secret", [
-            "t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'bot_token'; allowed keys: name, provider, role, delivery, timeout, retry, base_url, session_header, forward_header, app_id, provider_environment",
+            "t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'bot_token'; allowed keys: name, provider, role, delivery, timeout, retry, queue, circuit, base_url, session_header, forward_header, app_id, provider_environment",
         ]),
         ("a secret reference is not a Fluxer key", "base_url: https://api.fluxer.app\nsession_header: X-Fluxer-Session\napi_key: {env: FLUXER_KEY}", [
-            "t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, base_url, session_header, forward_header, app_id, provider_environment",
+            "t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, queue, circuit, base_url, session_header, forward_header, app_id, provider_environment",
         ]),
     ])
     func badValuesReportExactDiagnostics(_ name: String, _ keys: String, _ expected: [String]) {

@@ -73,7 +73,7 @@ import Testing
         #expect(Self.load(text) == [
             "t.yaml:15:22: apps.shop.upstreams[0].environment: invalid value 'sandbox'; expected one of: production, staging, development",
             "t.yaml:16:20: apps.shop.upstreams[0].framework: must be at most 60 characters",
-            "t.yaml:17:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, base_url, app_id, app_token, environment, framework",
+            "t.yaml:17:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, queue, circuit, base_url, app_id, app_token, environment, framework",
         ])
     }
 

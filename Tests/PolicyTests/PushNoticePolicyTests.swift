@@ -102,7 +102,7 @@ import Testing
                  slug: ktso
                  api_key: {env: K}
                  x_api_key: {env: K}
-         """, ["t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'x_api_key'; allowed keys: name, provider, role, delivery, timeout, retry, base_url, slug, api_key, groups"]),
+         """, ["t.yaml:15:9: apps.shop.upstreams[0]: unknown key 'x_api_key'; allowed keys: name, provider, role, delivery, timeout, retry, queue, circuit, base_url, slug, api_key, groups"]),
     ])
     func refusesWithExactDiagnostics(_ name: String, _ keys: String, _ expected: [String]) {
         #expect(Self.diagnostics(keys) == expected, "\(name)")

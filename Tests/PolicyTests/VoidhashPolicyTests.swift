@@ -58,7 +58,7 @@ import Testing
         (["base_url: http://api.voidhash.com", "publishable_key: {env: K}", "ios_bundle_id: a.b", "sdk_version: 1"],
          ["t.yaml:13:19: apps.shop.upstreams[0].base_url: plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https"]),
         (["publishable_key: {env: K}", "ios_bundle_id: a.b", "sdk_version: 1", "api_key: {env: K}"],
-         ["t.yaml:16:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, base_url, publishable_key, ios_bundle_id, android_package_name, sdk, sdk_version, debug_build, observer_mode"]),
+         ["t.yaml:16:9: apps.shop.upstreams[0]: unknown key 'api_key'; allowed keys: name, provider, role, delivery, timeout, retry, queue, circuit, base_url, publishable_key, ios_bundle_id, android_package_name, sdk, sdk_version, debug_build, observer_mode"]),
     ])
     func badValuesAreReportedExactly(_ lines: [String], _ expected: [String]) {
         #expect(Self.diagnostics(lines) == expected)

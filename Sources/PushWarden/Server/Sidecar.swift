@@ -90,6 +90,12 @@ public final class Sidecar: Sendable {
         let metrics = Metrics()
         self.metrics = metrics
 
+        // Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
+        let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
+        if !queued.isEmpty, store == nil, configuration.redisURL == nil {
+            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
+        }
+
         let chosenStore: any DedupeStore
         if let store {
             chosenStore = store
