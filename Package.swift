@@ -76,7 +76,7 @@ if Context.environment["PUSHWARDEN_FUZZ"] == "1" {
         .executableTarget(name: "fuzz-jwt", dependencies: ["FuzzSupport", "PWCore", "PWCrypto", "PWPolicy", "SessionAuth"],
                           path: "Sources/Fuzz/JWT", swiftSettings: library),
         .executableTarget(name: "fuzz-policy", dependencies: ["FuzzSupport", "PWPolicy"], path: "Sources/Fuzz/Policy", swiftSettings: library),
-        .executableTarget(name: "fuzz-endpoint", dependencies: ["FuzzSupport", "PWCore", "ClientAPI"], path: "Sources/Fuzz/Endpoint", swiftSettings: library),
+        .executableTarget(name: "fuzz-endpoint", dependencies: ["FuzzSupport", "PWCore", "ClientAPI", "CCurl"], path: "Sources/Fuzz/Endpoint", swiftSettings: library),
         .executableTarget(name: "fuzz-request", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "ClientAPI"], path: "Sources/Fuzz/Request", swiftSettings: library),
         .executableTarget(name: "fuzz-head", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "SessionAuth", "HTTPServer", "PushWarden"],
                           path: "Sources/Fuzz/Head", swiftSettings: library),
