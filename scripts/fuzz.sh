@@ -52,6 +52,7 @@ run_one() {
   local t=$1
   local work="$SCRATCH/corpus/$t" artifacts="$SCRATCH/artifacts/$t/" log="$SCRATCH/logs/$t.log"
   mkdir -p "$work" "$artifacts" "$SCRATCH/logs"
+  touch "$log.start"
   set +e
   "$BIN/fuzz-$t" "$work" "fuzz/corpus/$t" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout="$INPUT_TIMEOUT" -rss_limit_mb="$RSS_MB" -max_len=4096 \
@@ -93,7 +94,7 @@ for t in "${failed[@]}"; do
   log="$SCRATCH/logs/$t.log"
   echo "--- fuzz-$t: $log"
   grep -v -E '^#[0-9]+|^\s+NEW_FUNC|^INFO:' "$log" | grep -v '^"' | head -60
-  echo "--- inputs: $(ls "$SCRATCH/artifacts/$t/" | sed "s|^|$SCRATCH/artifacts/$t/|" | tr '\n' ' ')"
+  echo "--- inputs: $(find "$SCRATCH/artifacts/$t/" -type f -newer "$log.start" | tr '\n' ' ')"
   echo "--- replay: $BIN/fuzz-$t <input>"
 done
 ((${#failed[@]} == 0)) || { echo "fuzz: ${#failed[@]} of ${#TARGETS[@]} targets failed: ${failed[*]}"; exit 1; }
