@@ -9,7 +9,7 @@ CONTACT ?= alice
 # The demo app's session secret, generated once per checkout and never committed.
 DEV_SECRET_FILE := .dev-session-secret
 
-.PHONY: deps build run token test bench clean
+.PHONY: deps build run token test bench fuzz clean
 
 deps:
 	@scripts/install-deps.sh
@@ -43,6 +43,12 @@ RUNS ?= 2
 bench:
 	@scripts/install-deps.sh --bench
 	RUNS=$(RUNS) scripts/bench.sh
+
+## Runs every libFuzzer target (Sources/Fuzz, ASan and LeakSanitizer on) for FUZZ_SECONDS each
+## from its seeds in fuzz/corpus/<target>; prints execs/s and coverage; fails on a crash, leak or hang.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 clean:
 	rm -rf .build

@@ -61,3 +61,24 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// MARK: Fuzzing (issue 15)
+// libFuzzer targets, declared only with PUSHWARDEN_FUZZ=1 in the environment (`make fuzz`,
+// scripts/checks/fuzz.check.sh), so the normal build and `swift test` neither compile nor link
+// them. They are built with `-Xswiftc -sanitize=fuzzer,address` in their own scratch path
+// (.build/fuzz); each defines its `<target>_main` entry and hands control to libFuzzer's driver.
+if Context.environment["PUSHWARDEN_FUZZ"] == "1" {
+    // No implicit main: the entry point is the target's @_cdecl("<target>_main").
+    let library: [SwiftSetting] = [.unsafeFlags(["-parse-as-library"])]
+    package.targets += [
+        .target(name: "FuzzSupport", path: "Sources/Fuzz/Support"),
+        .executableTarget(name: "fuzz-json", dependencies: ["FuzzSupport", "PWCore"], path: "Sources/Fuzz/JSON", swiftSettings: library),
+        .executableTarget(name: "fuzz-jwt", dependencies: ["FuzzSupport", "PWCore", "PWCrypto", "PWPolicy", "SessionAuth"],
+                          path: "Sources/Fuzz/JWT", swiftSettings: library),
+        .executableTarget(name: "fuzz-policy", dependencies: ["FuzzSupport", "PWPolicy"], path: "Sources/Fuzz/Policy", swiftSettings: library),
+        .executableTarget(name: "fuzz-endpoint", dependencies: ["FuzzSupport", "PWCore", "ClientAPI", "CCurl"], path: "Sources/Fuzz/Endpoint", swiftSettings: library),
+        .executableTarget(name: "fuzz-request", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "ClientAPI"], path: "Sources/Fuzz/Request", swiftSettings: library),
+        .executableTarget(name: "fuzz-head", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "SessionAuth", "HTTPServer", "PushWarden"],
+                          path: "Sources/Fuzz/Head", swiftSettings: library),
+    ]
+}

@@ -213,7 +213,8 @@ final class RequestContext: Sendable {
     /// gets its 413; beyond it the connection is closed.
     static let discardAllowance = 1 << 20
 
-    private static func announcesBody(_ headers: HTTPHeaders) -> Bool {
+    /// Whether the head announces a body (chunked, or a `Content-Length` other than 0).
+    static func announcesBody(_ headers: HTTPHeaders) -> Bool {
         if headers["Transfer-Encoding"] != nil { return true }
         guard let length = headers["Content-Length"] else { return false }
         return Int(length) != 0
@@ -240,12 +241,16 @@ final class RequestContext: Sendable {
         return MHD_queue_response(connection, status, mhdResponse)
     }
 
+    /// The request-target as sent, split at its first `?` into the path and the raw query
+    /// (neither percent-decoded; the query is empty when there is none).
+    static func splitTarget(_ rawTarget: String) -> (path: String, query: String) {
+        guard let mark = rawTarget.utf8.firstIndex(of: UInt8(ascii: "?")) else { return (rawTarget, "") }
+        return (String(rawTarget[..<mark]), String(rawTarget[rawTarget.utf8.index(after: mark)...]))
+    }
+
     private static func makeHead(connection: OpaquePointer, method: UnsafePointer<CChar>, rawTarget: String) -> HTTPRequestHead {
-        var head = HTTPRequestHead(method: String(cString: method), path: rawTarget)
-        if let mark = rawTarget.utf8.firstIndex(of: UInt8(ascii: "?")) {
-            head.path = String(rawTarget[..<mark])
-            head.query = String(rawTarget[rawTarget.utf8.index(after: mark)...])
-        }
+        let (path, query) = splitTarget(rawTarget)
+        var head = HTTPRequestHead(method: String(cString: method), path: path, query: query)
         withUnsafeMutablePointer(to: &head.headers) { headers in
             _ = MHD_get_connection_values_n(connection, .HEADER_KIND, collectHeader, UnsafeMutableRawPointer(headers))
         }
