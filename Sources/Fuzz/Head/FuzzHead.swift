@@ -85,16 +85,19 @@ func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     } else {
         expectedStatus = nil
     }
+    var context: (any Sendable)?
     switch handler.decide(head) {
-    case .readBody(let limit):
+    case .readBody(let limit, let resolved):
         guard expectedStatus == nil else { violated("read the body of a head that deserves \(expectedStatus!)") }
         guard limit == maxBody else { violated("body limit \(limit), policy says \(maxBody)") }
+        guard resolved is ClientAPIHandler.Resolved else { violated("the resolved route does not travel with the request") }
+        context = resolved
     case .respond(let response):
         guard let expectedStatus else { violated("answered \(response.status) to a head that should read its body") }
         guard response.status == expectedStatus else { violated("answered \(response.status), expected \(expectedStatus)") }
         checkEnvelope(response, headers: headers)
     }
-    let tooLarge = handler.payloadTooLarge(head)
+    let tooLarge = handler.payloadTooLarge(head, context: context)
     guard tooLarge.status == 413 else { violated("payloadTooLarge answered \(tooLarge.status)") }
     checkEnvelope(tooLarge, headers: headers)
     _ = handler.apps["demo"]!.sessions.authenticate(headers)
