@@ -18,3 +18,8 @@ public struct SystemClock: WallClock {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }
+
+extension SystemClock {
+    /// Milliseconds since the Unix epoch: what outlives a process (stream ids, `queue.max_age`).
+    public static func epochMillis() -> Int { Int(SystemClock().now() * 1000) }
+}

@@ -421,6 +421,11 @@ struct PolicyReader {
         var delivery: UpstreamPolicy.Delivery? = .sync
         if let node = fields["delivery"] {
             delivery = checker.choice(node, fields.at("delivery"), ["sync", "queued"]).flatMap(UpstreamPolicy.Delivery.init)
+            if delivery == .queued, providerName == "fluxer" {
+                // Every Fluxer call carries the user's own session, which PushWarden never stores.
+                checker.report(node.mark, fields.at("delivery"), "fluxer takes the user's own session, which PushWarden never stores: delivery must be sync")
+                delivery = nil
+            }
         }
         var queue: QueuePolicy? = QueuePolicy()
         if let node = fields["queue"] { queue = self.queue(node, fields.at("queue")) }

@@ -37,6 +37,9 @@ public final class Metrics: Sendable {
         var upstreamCalls: [[String]: UInt64] = [:]       // upstream, operation, outcome
         var upstreamLatency: [[String]: Histogram] = [:]  // upstream
         var authFailures: [[String]: UInt64] = [:]        // app
+        var outboxDepth: [[String]: UInt64] = [:]         // app, upstream
+        var outboxOldest: [[String]: Double] = [:]        // app, upstream
+        var outboxDead: [[String]: UInt64] = [:]          // app, upstream
     }
 
     private let state = Mutex(State())
@@ -68,6 +71,27 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// An upstream whose outbox is watched: its outbox series exist from now on, reading 0.
+    public func outboxWatched(app: String, upstream: String) {
+        state.withLock { state in
+            state.outboxDepth[[app, upstream]] = state.outboxDepth[[app, upstream]] ?? 0
+            state.outboxOldest[[app, upstream]] = state.outboxOldest[[app, upstream]] ?? 0
+            state.outboxDead[[app, upstream]] = state.outboxDead[[app, upstream]] ?? 0
+        }
+    }
+
+    /// What waits in an upstream's outbox, and how old its oldest delivery is.
+    public func outbox(app: String, upstream: String, depth: Int, oldestSeconds: Double) {
+        state.withLock { state in
+            state.outboxDepth[[app, upstream]] = UInt64(max(0, depth))
+            state.outboxOldest[[app, upstream]] = max(0, oldestSeconds)
+        }
+    }
+
+    public func outboxDead(app: String, upstream: String) {
+        state.withLock { $0.outboxDead[[app, upstream], default: 0] += 1 }
+    }
+
     /// The Prometheus text exposition format, version 0.0.4.
     public func render(storeUp: Bool? = nil) -> String {
         let snapshot = state.withLock { $0 }
@@ -89,6 +113,16 @@ public final class Metrics: Sendable {
                ["app"], snapshot.authFailures)
         family("pushwarden_upstream_calls_total", "Upstream call attempts by upstream, operation and outcome.", "counter",
                ["upstream", "operation", "outcome"], snapshot.upstreamCalls)
+        if !snapshot.outboxDepth.isEmpty {
+            family("pushwarden_outbox_depth", "Deliveries waiting in the outbox.", "gauge", ["app", "upstream"], snapshot.outboxDepth)
+            out += "# HELP pushwarden_outbox_oldest_seconds Age of the oldest delivery waiting in the outbox.\n"
+            out += "# TYPE pushwarden_outbox_oldest_seconds gauge\n"
+            for (key, value) in snapshot.outboxOldest.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+                out += "pushwarden_outbox_oldest_seconds{\(Self.labels(["app", "upstream"], key))} \(value)\n"
+            }
+            family("pushwarden_outbox_dead_total", "Deliveries moved to the dead-letter stream.", "counter", ["app", "upstream"],
+                   snapshot.outboxDead)
+        }
         out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
         out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"
         for (key, histogram) in snapshot.upstreamLatency.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {

@@ -55,6 +55,9 @@ public struct FluxerAdapter: UpstreamAdapter {
         "ACCESS_DENIED", "ACCOUNT_SUSPICIOUS_ACTIVITY", "URL_NOT_PUBLICLY_ROUTABLE", "INVALID_FORM_BODY",
     ]
 
+    /// Every call carries the user's own Fluxer session: never queued.
+    public var needsCallerCredential: Bool { true }
+
     public init(name: String, config: FluxerConfig) {
         self.name = name
         self.config = config

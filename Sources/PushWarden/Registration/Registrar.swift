@@ -17,12 +17,15 @@ final class Registrar: Sendable {
     let identities: IdentityStore
     let metrics: Metrics
     let logger: Logger
+    /// The durable outbox, with the Redis store; nil on the memory store.
+    let outbox: Outbox?
 
-    init(deduper: Deduper, identities: IdentityStore, metrics: Metrics, logger: Logger) {
+    init(deduper: Deduper, identities: IdentityStore, metrics: Metrics, logger: Logger, outbox: Outbox? = nil) {
         self.deduper = deduper
         self.identities = identities
         self.metrics = metrics
         self.logger = logger
+        self.outbox = outbox
     }
 
     /// Who asks: the app, the session's contact (and the client's headers, for providers that
@@ -80,6 +83,9 @@ final class Registrar: Sendable {
             case .skip: return (.skipped, nil)
             case .refused(let failure): return (.failed(failure), nil)
             case .dedupe(let keys, let fingerprint):
+                if caller.policy.delivery == .queued {
+                    return (await enqueue(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin), nil)
+                }
                 return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin)
             }
         }
@@ -94,17 +100,64 @@ final class Registrar: Sendable {
         return outcomes
     }
 
-    /// One registration at one upstream, through dedupe: forwarded at most once per change,
-    /// however many replicas and requests carry it at once.
+    /// One registration at one upstream, called now through dedupe: forwarded at most once per
+    /// change, however many replicas and requests carry it at once. After a rotation it took, the
+    /// previous token is retired there too. What an outbox worker runs.
     func register(_ installation: Installation, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
         switch step(installation, at: caller, origin: origin) {
         case .dedupe(let keys, let fingerprint):
-            return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil, origin: origin).0
+            let (outcome, retirement) = await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil,
+                                                       origin: origin)
+            if let previous = installation.previousPushToken, let retirement {
+                await retire(previous, replacedBy: installation, retirements: [caller.adapter.name: retirement], origin: origin)
+            }
+            return outcome
         case .refused(let failure):
             return .failed(failure)
         case .skip:
             return .skipped
         }
+    }
+
+    /// Queues a registration for a `delivery: queued` upstream: `unchanged` when the upstream has
+    /// it already, `queued` (without queueing it twice) when the same registration already waits.
+    /// Answered `queued` only once Redis holds the delivery.
+    private func enqueue(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
+                         cached: String??, origin: Origin) async -> UpstreamOutcome {
+        let store = deduper.store
+        var current: String?? = cached
+        if current == nil { current = .some(try? await store.get(keys.entry)) }
+        if case .some(.some(let value)) = current, value == fingerprint {
+            metrics.dedupeHit(app: origin.appID, upstream: caller.adapter.name)
+            return .unchanged
+        }
+        if (try? await store.get(keys.queued)) == fingerprint { return .queued }
+        let entry = OutboxEntry(operation: .register, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
+                                requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()),
+                                pushToken: installation.pushToken, installation: installation)
+        guard await enqueue(entry) else { return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
+        try? await store.set(keys.queued, fingerprint, ttlSeconds: max(1, caller.policy.queue.maxAgeMillis / 1000))
+        return .queued
+    }
+
+    /// Appends to the outbox; false (logged) when there is none or Redis did not take it.
+    private func enqueue(_ entry: OutboxEntry) async -> Bool {
+        guard let outbox else { return false }
+        do {
+            try await outbox.enqueue(entry)
+            return true
+        } catch {
+            logger.bounded(.warning, "outbox unavailable; delivery not queued", key: entry.app + entry.upstream, [
+                ("app", entry.app), ("upstream", entry.upstream), ("operation", entry.operation.rawValue), ("error", error.detail),
+            ])
+            return false
+        }
+    }
+
+    /// A queued registration left the outbox (delivered or dead-lettered): a new one of the same
+    /// content is queued again.
+    func forgetQueued(_ pushToken: String, app: String, upstream: String) async {
+        try? await deduper.store.delete(RegistrationKeys(app: app, upstream: upstream, pushToken: pushToken).queued)
     }
 
     /// What a rotation needs to retire the previous token at an upstream that took the new one.
@@ -216,9 +269,34 @@ final class Registrar: Sendable {
 
     // MARK: Unregister
 
-    /// Forgets the token and removes it at every upstream of the app.
+    /// Forgets the token and removes it at every upstream of the app: queued for a `delivery:
+    /// queued` upstream; a sync removal that fails after its retries is queued too when the outbox
+    /// exists, so a logout is never lost.
     func unregister(_ pushToken: String, from origin: Origin) async -> [(String, UpstreamOutcome)] {
-        await origin.app.eachUpstream { [self] caller in await unregister(pushToken, at: caller, from: origin) }
+        await origin.app.eachUpstream { [self] caller in
+            if caller.policy.delivery == .queued {
+                return await enqueueUnregister(pushToken, at: caller, origin: origin)
+            }
+            let outcome = await unregister(pushToken, at: caller, from: origin)
+            if case .failed(.unavailable) = outcome, outbox?.takes(app: origin.appID, upstream: caller.adapter.name) == true {
+                return await enqueueUnregister(pushToken, at: caller, origin: origin, after: outcome)
+            }
+            return outcome
+        }
+    }
+
+    /// Forgets the token at once (so a registration accepted after this one is queued behind it,
+    /// never answered `unchanged`), and queues its removal.
+    private func enqueueUnregister(_ pushToken: String, at caller: UpstreamCaller, origin: Origin,
+                                   after failure: UpstreamOutcome? = nil) async -> UpstreamOutcome {
+        let keys = RegistrationKeys(app: origin.appID, upstream: caller.adapter.name, pushToken: pushToken)
+        await deduper.forget(keys: keys, app: origin.appID)
+        try? await deduper.store.delete(keys.queued)
+        let entry = OutboxEntry(operation: .unregister, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
+                                requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()), pushToken: pushToken,
+                                installation: nil)
+        guard await enqueue(entry) else { return failure ?? .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
+        return .queued
     }
 
     /// Forgets the token at one upstream and removes it there, by the identity that upstream

@@ -1,6 +1,8 @@
 /// What happened at one upstream for one operation.
 public enum UpstreamOutcome: Sendable, Equatable {
     case forwarded, unchanged, skipped
+    /// In the durable outbox: delivered later, by whichever replica holds its shard.
+    case queued
     case failed(UpstreamFailure)
 
     public var isForwarded: Bool {
@@ -19,6 +21,7 @@ public enum UpstreamOutcome: Sendable, Equatable {
         case .forwarded: return "forwarded"
         case .unchanged: return "unchanged"
         case .skipped: return "skipped"
+        case .queued: return "queued"
         case .failed: return "failed"
         }
     }

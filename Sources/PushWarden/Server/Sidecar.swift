@@ -72,6 +72,8 @@ public final class Sidecar: Sendable {
     private let adminServer: HTTPServer
     private let httpClient: HTTPClient?
     private let redis: RedisClient?
+    /// The outbox's workers and its metrics sampler; cancelled at shutdown.
+    private let outboxTasks: [Task<Void, Never>]
     private let logger: Logger
 
     /// The bound client port (useful when configured with port 0).
@@ -90,11 +92,6 @@ public final class Sidecar: Sendable {
         let metrics = Metrics()
         self.metrics = metrics
 
-        // Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
-        let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
-        if !queued.isEmpty, store == nil, configuration.redisURL == nil {
-            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
-        }
 
         let chosenStore: any DedupeStore
         if let store {
@@ -113,6 +110,13 @@ public final class Sidecar: Sendable {
         } else {
             redis = nil
             chosenStore = MemoryStore()
+        }
+
+        // Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
+        let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
+        let outboxClient = (chosenStore as? RedisStore)?.client
+        if !queued.isEmpty, outboxClient == nil {
+            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
         }
 
         let loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
@@ -142,7 +146,10 @@ public final class Sidecar: Sendable {
 
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
-        let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"))
+        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values)) }
+        let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
+                                  outbox: outbox)
+        outboxTasks = outbox.map { Self.startOutbox($0, apps: apps, registrar: registrar, metrics: metrics, logger: logger.with(label: "outbox")) } ?? []
         let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(), metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         let threads = loopCount
@@ -201,12 +208,42 @@ public final class Sidecar: Sendable {
         return AppRuntime(policy: app, sessions: sessions, upstreams: callers)
     }
 
-    /// Stops accepting, lets in-flight requests finish within the grace period, then releases
-    /// the upstream client and the store.
+    /// One worker per upstream the outbox delivers for, and a sampler for its metrics.
+    private static func startOutbox(_ outbox: Outbox, apps: [String: AppRuntime], registrar: Registrar, metrics: Metrics,
+                                    logger: Logger) -> [Task<Void, Never>] {
+        var tasks: [Task<Void, Never>] = []
+        for target in outbox.watched {
+            if apps[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
+                metrics.outboxWatched(app: target.app, upstream: target.upstream)
+            }
+            let worker = OutboxWorker(streams: outbox.streams, target: target, app: { apps[target.app] }, registrar: registrar,
+                                      consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target))
+            tasks.append(Task.detached { await worker.run() })
+        }
+        let streams = outbox.streams
+        let sampled = outbox.watched
+        tasks.append(Task.detached {
+            while !Task.isCancelled {
+                for target in sampled {
+                    guard let (depth, oldest) = try? await streams.depth(of: target) else { continue }
+                    let age = oldest.map { max(0, Double(SystemClock.epochMillis() - Int($0)) / 1000) } ?? 0
+                    metrics.outbox(app: target.app, upstream: target.upstream, depth: depth, oldestSeconds: age)
+                }
+                try? await Task.sleep(for: .seconds(2))
+            }
+        })
+        return tasks
+    }
+
+    /// Stops accepting, lets in-flight requests finish within the grace period, then stops the
+    /// outbox workers (in-flight deliveries finish; what they read and did not deliver stays
+    /// pending for another replica) and releases the upstream client and the store.
     public func shutdown(gracePeriodSeconds: Double) async {
         logger.info("shutting down", [("grace_seconds", String(gracePeriodSeconds))])
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
+        for task in outboxTasks { task.cancel() }
+        for task in outboxTasks { await task.value }
         httpClient?.shutdown()
         redis?.close()
         logger.info("stopped")

@@ -5,7 +5,8 @@ import RedisClient
 /// The shared store: several PushWarden processes behind one Redis see the same dedupe state and
 /// the same in-flight locks.
 public final class RedisStore: DedupeStore {
-    private let client: RedisClient
+    /// Also the outbox's: it shares the store's Redis.
+    let client: RedisClient
     public let kind = "redis"
 
     /// Deletes the lock only while it still holds this owner (compare-and-delete in one step).

@@ -7,6 +7,8 @@ public struct RegistrationKeys: Sendable, Equatable {
     public let entry: String
     public let lock: String
     public let identity: String
+    /// The fingerprint of a registration waiting in the outbox: a duplicate is not queued again.
+    public let queued: String
 
     public init(app: String, upstream: String, pushToken: String) {
         var material = Array(app.utf8)
@@ -19,5 +21,6 @@ public struct RegistrationKeys: Sendable, Equatable {
         entry = "pw:v1:reg:" + digest
         lock = "pw:v1:lock:" + digest
         identity = "pw:v1:id:" + digest
+        queued = "pw:v1:q:" + digest
     }
 }

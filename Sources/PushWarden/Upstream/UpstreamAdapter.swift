@@ -66,6 +66,10 @@ public protocol UpstreamAdapter: Sendable {
     var keepsIdentity: Bool { get }
     /// The non-secret settings that shape requests, so that a policy change forwards again.
     var settingsDigest: String { get }
+    /// Whether every call carries the end user's own credential from the client's request
+    /// (Fluxer): such calls cannot be made later from the outbox, since PushWarden never stores
+    /// that credential.
+    var needsCallerCredential: Bool { get }
     /// The error codes the provider's own document lists in its error tables: the only codes of
     /// the provider's that reach a client's `upstream_code` or a log line as they are (see
     /// `UpstreamErrorCode`). No default: each provider declares its own, in its own file.
@@ -109,6 +113,7 @@ public protocol UpstreamAdapter: Sendable {
 extension UpstreamAdapter {
     public var keepsIdentity: Bool { false }
     public var settingsDigest: String { "" }
+    public var needsCallerCredential: Bool { false }
 
     public func validate(_ installation: Installation, context: CallContext) throws(ContractError) {}
 

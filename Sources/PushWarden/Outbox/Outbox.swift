@@ -1,0 +1,58 @@
+import PWCore
+import PWPolicy
+import RedisClient
+
+/// The durable outbox of one process: where deliveries are queued (`enqueue`) and the workers that
+/// deliver them, one per upstream, all replicas sharing one consumer group per shard stream.
+///
+/// A queued upstream's deliveries are spread over `queuedShards` streams; a sync upstream keeps one
+/// stream, for the unregisters that failed at once (a logout is never lost). Providers that take
+/// only the user's own credential (Fluxer) have none: PushWarden never stores that credential.
+final class Outbox: Sendable {
+    static let queuedShards = 8
+    static let syncShards = 1
+
+    let streams: OutboxStreams
+    /// This process's consumer name in every group: unique per process.
+    let consumer: String
+    private let signals: [String: OutboxSignal]
+    private let targets: [String: OutboxStreams.Upstream]
+
+    init(client: RedisClient, apps: [AppRuntime]) {
+        streams = OutboxStreams(client: client)
+        consumer = "pw-" + LockOwner.next()
+        var signals: [String: OutboxSignal] = [:]
+        var targets: [String: OutboxStreams.Upstream] = [:]
+        for app in apps {
+            for caller in app.upstreams where !caller.adapter.needsCallerCredential {
+                let key = Self.key(app.policy.id, caller.adapter.name)
+                let shards = caller.policy.delivery == .queued ? Self.queuedShards : Self.syncShards
+                targets[key] = OutboxStreams.Upstream(app: app.policy.id, upstream: caller.adapter.name, shards: shards)
+                signals[key] = OutboxSignal()
+            }
+        }
+        self.signals = signals
+        self.targets = targets
+    }
+
+    private static func key(_ app: String, _ upstream: String) -> String { app + "\u{0}" + upstream }
+
+    /// Every upstream this process delivers for, with its streams.
+    var watched: [OutboxStreams.Upstream] { Array(targets.values) }
+
+    func signal(for target: OutboxStreams.Upstream) -> OutboxSignal {
+        signals[Self.key(target.app, target.upstream)] ?? OutboxSignal()
+    }
+
+    /// Whether deliveries for this upstream can be queued at all.
+    func takes(app: String, upstream: String) -> Bool { targets[Self.key(app, upstream)] != nil }
+
+    /// Appends the delivery; once this returns, Redis holds it (the client may be told `queued`).
+    func enqueue(_ entry: OutboxEntry) async throws(StoreError) {
+        guard let target = targets[Self.key(entry.app, entry.upstream)] else {
+            throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
+        }
+        try await streams.append(entry, to: target)
+        signals[Self.key(entry.app, entry.upstream)]?.wake()
+    }
+}

@@ -1,0 +1,116 @@
+import ClientAPI
+import PWCore
+import PWPolicy
+
+/// One delivery waiting in the outbox: what the call needs later and nothing more. No provider key
+/// (keys are resolved at delivery time from the running policy) and no user credential (a
+/// provider that needs the user's own session cannot be queued). The push token and the Web Push
+/// secrets are the only sensitive values, each in a field of its own (`token`, `installation`)
+/// so that a store sealer can encrypt them.
+struct OutboxEntry: Sendable, Equatable {
+    enum Operation: String, Sendable {
+        case register, unregister
+    }
+
+    var operation: Operation
+    var app: String
+    var upstream: String
+    var contactID: String
+    var requestID: String
+    /// Milliseconds since the epoch when the client's request was accepted: `queue.max_age` counts
+    /// from here, across restarts and replicas.
+    var acceptedAtMillis: Int64
+    var pushToken: String
+    /// The validated installation, for a registration.
+    var installation: Installation?
+
+    static let version = 1
+
+    // MARK: Encoding
+
+    /// The entry as one JSON object (the stream entry's `e` field).
+    func encoded() -> String {
+        var members: [JSONMember] = [
+            JSONMember("v", .number(String(Self.version))),
+            JSONMember("op", .string(operation.rawValue)),
+            JSONMember("app", .string(app)),
+            JSONMember("upstream", .string(upstream)),
+            JSONMember("contact", .string(contactID)),
+            JSONMember("request_id", .string(requestID)),
+            JSONMember("accepted_ms", .number(String(acceptedAtMillis))),
+            JSONMember("token", .string(pushToken)),
+        ]
+        if let installation { members.append(JSONMember("installation", Self.encode(installation))) }
+        return JSONValue.object(JSONObject(members)).encodedString()
+    }
+
+    enum DecodingFailure: Error, Equatable {
+        case notJSON, wrongVersion, missing(String), invalid(String)
+    }
+
+    /// Reads an entry back; anything written by hand that does not hold together is a failure
+    /// (the worker dead-letters it), never a crash.
+    static func decode(_ text: String) -> Result<OutboxEntry, DecodingFailure> {
+        guard let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue else { return .failure(.notJSON) }
+        guard case .number(let v)? = object["v"], Int(v) == version else { return .failure(.wrongVersion) }
+        func string(_ key: String) -> Result<String, DecodingFailure> {
+            guard let value = object[key]?.stringValue, !value.isEmpty else { return .failure(.missing(key)) }
+            return .success(value)
+        }
+        do {
+            guard let operation = Operation(rawValue: try string("op").get()) else { return .failure(.invalid("op")) }
+            guard case .number(let ms)? = object["accepted_ms"], let accepted = Int64(ms) else { return .failure(.missing("accepted_ms")) }
+            let token = try string("token").get()
+            var installation: Installation?
+            if operation == .register {
+                guard let value = object["installation"]?.objectValue else { return .failure(.missing("installation")) }
+                guard let decoded = decode(value, pushToken: token) else { return .failure(.invalid("installation")) }
+                installation = decoded
+            }
+            return .success(OutboxEntry(operation: operation, app: try string("app").get(), upstream: try string("upstream").get(),
+                                        contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue ?? "-",
+                                        acceptedAtMillis: accepted, pushToken: token, installation: installation))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private static func encode(_ installation: Installation) -> JSONValue {
+        var members: [JSONMember] = [
+            JSONMember("platform", .string(installation.platform.rawValue)),
+            JSONMember("push_service", .string(installation.pushService.rawValue)),
+            JSONMember("environment", .string(installation.environment.rawValue)),
+        ]
+        func add(_ key: String, _ value: String?) { if let value { members.append(JSONMember(key, .string(value))) } }
+        if let keys = installation.webPushKeys {
+            members.append(JSONMember("web_push_keys", .object(JSONObject([
+                JSONMember("p256dh", .string(keys.p256dh)), JSONMember("auth", .string(keys.auth)),
+            ]))))
+        }
+        add("previous_push_token", installation.previousPushToken)
+        add("installation_id", installation.installationID)
+        let m = installation.metadata
+        add("app_version", m.appVersion)
+        add("os_version", m.osVersion)
+        add("device_model", m.deviceModel)
+        add("locale", m.locale)
+        add("timezone", m.timezone)
+        return .object(JSONObject(members))
+    }
+
+    private static func decode(_ object: JSONObject, pushToken: String) -> Installation? {
+        guard let platform = object["platform"]?.stringValue.flatMap(Platform.init(rawValue:)),
+              let service = object["push_service"]?.stringValue.flatMap(PushService.init(rawValue:)),
+              let environment = object["environment"]?.stringValue.flatMap(APNsEnvironment.init(rawValue:)) else { return nil }
+        var keys: WebPushKeys?
+        if let k = object["web_push_keys"]?.objectValue {
+            guard let p256dh = k["p256dh"]?.stringValue, let auth = k["auth"]?.stringValue else { return nil }
+            keys = WebPushKeys(p256dh: p256dh, auth: auth)
+        }
+        let s = { (key: String) in object[key]?.stringValue }
+        return Installation(platform: platform, pushService: service, pushToken: pushToken, webPushKeys: keys, environment: environment,
+                            previousPushToken: s("previous_push_token"), installationID: s("installation_id"),
+                            metadata: InstallationMetadata(appVersion: s("app_version"), osVersion: s("os_version"),
+                                                           deviceModel: s("device_model"), locale: s("locale"), timezone: s("timezone")))
+    }
+}

@@ -1,0 +1,206 @@
+import PWCore
+import PWCrypto
+import RedisClient
+
+/// The outbox's Redis Streams, one set per (app, upstream): `shards` streams that deliveries are
+/// spread over by push token (so one token's deliveries share a stream and keep their order), a
+/// lease per shard (the one replica that reads it), one consumer group for every replica, and a
+/// dead-letter stream. Every key of one shard shares a hash tag, so each command and script
+/// names one slot on a Redis Cluster.
+///
+/// Key layout: `pw:v2:{outbox:<app>:<upstream>:<shard>}:s` (the stream) and `…:lease`;
+/// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters).
+///
+/// Thread-safe: stateless over the client's pipelined pool (workers run off the event loops).
+struct OutboxStreams: Sendable {
+    let client: RedisClient
+    static let group = "pushwarden"
+
+    /// Where one upstream's deliveries live.
+    struct Upstream: Sendable, Hashable {
+        let app: String
+        let upstream: String
+        let shards: Int
+
+        func stream(_ shard: Int) -> String { "pw:v2:{outbox:\(app):\(upstream):\(shard)}:s" }
+        func lease(_ shard: Int) -> String { "pw:v2:{outbox:\(app):\(upstream):\(shard)}:lease" }
+        var dead: String { "pw:v2:{outbox:\(app):\(upstream):dead}:s" }
+
+        /// The shard a token's deliveries go to: the first bytes of its hash.
+        func shard(of pushToken: String) -> Int {
+            let digest = SHA256.hash(Array(pushToken.utf8))
+            let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
+            return Int(value % UInt32(shards))
+        }
+    }
+
+    /// A stream entry as read back: its id and its `e` field.
+    struct Message: Sendable, Equatable {
+        let id: String
+        let body: String?
+        /// Milliseconds since the epoch from the id (`<ms>-<seq>`).
+        var idMillis: Int64 { Int64(id.prefix { $0 != "-" }) ?? 0 }
+    }
+
+    // MARK: Writing
+
+    /// Appends `entry` to its shard's stream. Returns once Redis acknowledged it.
+    func append(_ entry: OutboxEntry, to upstream: Upstream) async throws(StoreError) {
+        let stream = upstream.stream(upstream.shard(of: entry.pushToken))
+        let reply = try await send(["XADD", stream, "*", "e", entry.encoded()])
+        guard reply.string != nil else { throw StoreError(.unexpectedReply, "unexpected XADD reply") }
+    }
+
+    // MARK: Reading
+
+    /// Creates the consumer group of every shard (and the streams), once per process.
+    func prepare(_ upstream: Upstream) async throws(StoreError) {
+        for shard in 0..<upstream.shards {
+            do {
+                _ = try await send(["XGROUP", "CREATE", upstream.stream(shard), Self.group, "0", "MKSTREAM"])
+            } catch where error.kind == .refused && error.detail.contains("BUSYGROUP") {
+                continue  // another replica (or an earlier run) made it
+            }
+        }
+    }
+
+    /// Takes or renews the shard's lease for `owner` for `millis`. True when `owner` holds it.
+    func hold(_ shard: Int, of upstream: Upstream, owner: String, millis: Int) async throws(StoreError) -> Bool {
+        let reply = try await evaluate(Self.holdScript, key: upstream.lease(shard), arguments: [owner, String(millis)])
+        return reply == .integer(1)
+    }
+
+    /// Gives the lease back (only while `owner` still holds it).
+    func release(_ shard: Int, of upstream: Upstream, owner: String) async {
+        _ = try? await evaluate(Self.releaseScript, key: upstream.lease(shard), arguments: [owner])
+    }
+
+    /// Entries of the shard that `consumer` has read but not acknowledged (in order), then new
+    /// ones, up to `count` in all. Entries another consumer left pending for `claimAfterMillis`
+    /// are taken over first.
+    func read(_ shard: Int, of upstream: Upstream, consumer: String, count: Int, claimAfterMillis: Int) async throws(StoreError) -> [Message] {
+        let stream = upstream.stream(shard)
+        _ = try await send(["XAUTOCLAIM", stream, Self.group, consumer, String(claimAfterMillis), "0-0", "COUNT", String(count), "JUSTID"])
+        var messages = Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT", String(count),
+                                                              "STREAMS", stream, "0"]))
+        if messages.count < count {
+            messages += Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT",
+                                                               String(count - messages.count), "STREAMS", stream, ">"]))
+        }
+        return messages
+    }
+
+    /// Done: acknowledged and deleted in one step, so the stream holds only what still waits.
+    func done(_ id: String, shard: Int, of upstream: Upstream) async throws(StoreError) {
+        _ = try await evaluate(Self.doneScript, key: upstream.stream(shard), arguments: [Self.group, id])
+    }
+
+    /// Moves an entry to the dead-letter stream with why, then removes it from its shard.
+    func deadLetter(_ message: Message, shard: Int, of upstream: Upstream, reason: String, status: Int?, code: String?) async throws(StoreError) {
+        var fields = ["XADD", upstream.dead, "*", "e", message.body ?? "", "reason", reason, "from", message.id]
+        if let status { fields += ["status", String(status)] }
+        if let code { fields += ["code", code] }
+        _ = try await send(fields)
+        try await done(message.id, shard: shard, of: upstream)
+    }
+
+    /// What waits in every shard, and the oldest entry's id time (ms since the epoch).
+    func depth(of upstream: Upstream) async throws(StoreError) -> (count: Int, oldestMillis: Int64?) {
+        var count = 0
+        var oldest: Int64?
+        for shard in 0..<upstream.shards {
+            if case .integer(let n) = try await send(["XLEN", upstream.stream(shard)]) { count += Int(n) }
+            let first = Self.messages(ofRange: try await send(["XRANGE", upstream.stream(shard), "-", "+", "COUNT", "1"]))
+            if let ms = first.first?.idMillis { oldest = min(oldest ?? ms, ms) }
+        }
+        return (count, oldest)
+    }
+
+    // MARK: Dead letters (the `outbox` command)
+
+    func deadLetters(of upstream: Upstream, count: Int) async throws(StoreError) -> [(Message, [String: String])] {
+        guard case .array(let entries) = try await send(["XRANGE", upstream.dead, "-", "+", "COUNT", String(count)]) else { return [] }
+        return entries.compactMap { entry in
+            guard case .array(let parts) = entry, parts.count == 2, let id = parts[0].string, case .array(let raw) = parts[1] else { return nil }
+            var fields: [String: String] = [:]
+            var index = 0
+            while index + 1 < raw.count {
+                if let key = raw[index].string { fields[key] = raw[index + 1].string ?? "" }
+                index += 2
+            }
+            return (Message(id: id, body: fields["e"]), fields)
+        }
+    }
+
+    /// Puts a dead letter back into its shard (a fresh entry: it waits behind what is there).
+    func replay(_ message: Message, entry: OutboxEntry, of upstream: Upstream) async throws(StoreError) {
+        var fresh = entry
+        fresh.acceptedAtMillis = Int64(SystemClock.epochMillis())
+        try await append(fresh, to: upstream)
+        _ = try await send(["XDEL", upstream.dead, message.id])
+    }
+
+    func drop(_ message: Message, of upstream: Upstream) async throws(StoreError) {
+        _ = try await send(["XDEL", upstream.dead, message.id])
+    }
+
+    // MARK: Redis
+
+    /// SET NX PX, or PEXPIRE while held by the same owner.
+    private static let holdScript = LuaScript("""
+        local current = redis.call('GET', KEYS[1])
+        if current == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+        if current == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+        return 0
+        """)
+    private static let releaseScript = LuaScript(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    private static let doneScript = LuaScript("""
+        redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+        return redis.call('XDEL', KEYS[1], ARGV[2])
+        """)
+
+    private func evaluate(_ script: LuaScript, key: String, arguments: [String]) async throws(StoreError) -> RedisReply {
+        let tail = ["1", key] + arguments
+        do {
+            return try await send(["EVALSHA", script.sha1] + tail)
+        } catch where error.kind == .missingScript {
+            return try await send(["EVAL", script.source] + tail)
+        }
+    }
+
+    private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
+        let reply: RedisReply
+        do {
+            reply = try await client.send(arguments)
+        } catch {
+            throw StoreError(error.kind == .timeout ? .timeout : .unavailable, "redis \(error.kind): \(error.detail)")
+        }
+        if case .error(let message) = reply {
+            throw StoreError(message.hasPrefix("NOSCRIPT") ? .missingScript : .refused, "redis error: \(message)")
+        }
+        return reply
+    }
+
+    /// `XREADGROUP`'s `[[stream, [[id, [field, value, ...]], ...]]]` (nil: nothing).
+    static func messages(ofRead reply: RedisReply) -> [Message] {
+        guard case .array(let streams) = reply, case .array(let stream)? = streams.first, stream.count == 2 else { return [] }
+        return messages(ofRange: stream[1])
+    }
+
+    /// `[[id, [field, value, ...]], ...]`; an entry deleted while pending reads as `[id, nil]`.
+    static func messages(ofRange reply: RedisReply) -> [Message] {
+        guard case .array(let entries) = reply else { return [] }
+        return entries.compactMap { entry in
+            guard case .array(let parts) = entry, parts.count == 2, let id = parts[0].string else { return nil }
+            guard case .array(let fields) = parts[1] else { return Message(id: id, body: nil) }
+            var body: String?
+            var index = 0
+            while index + 1 < fields.count {
+                if fields[index].string == "e" { body = fields[index + 1].string }
+                index += 2
+            }
+            return Message(id: id, body: body)
+        }
+    }
+}

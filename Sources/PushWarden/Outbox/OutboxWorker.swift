@@ -1,0 +1,249 @@
+import PWCore
+import PWCrypto
+import PWPolicy
+import Synchronization
+
+/// Delivers one upstream's outbox: in every shard whose lease it holds, it reads what waits (its
+/// own unacknowledged entries first, then new ones, after taking over entries a stopped replica
+/// left pending past `claim_after`) and delivers them through the registrar's single-upstream
+/// operations, the very code a sync request runs.
+///
+/// Order: one token's deliveries share a shard and are delivered one after another, in the order
+/// they were accepted; a delivery waiting to be retried holds back the later ones of its token
+/// (other tokens go on). An entry is acknowledged only once the upstream took it, refused it
+/// finally (dead-lettered with its answer), or it outlived `queue.max_age` (dead-lettered).
+///
+/// Thread-safety: one task runs `run`; its state (retry times per token) is that task's own.
+final class OutboxWorker: Sendable {
+    let streams: OutboxStreams
+    let target: OutboxStreams.Upstream
+    /// The running app (looked up on every pass, so a reloaded policy's keys are the ones used).
+    let app: @Sendable () -> AppRuntime?
+    let registrar: Registrar
+    let consumer: String
+    let metrics: Metrics
+    let logger: Logger
+    /// Wakes the worker at once when this process queued something.
+    let signal: OutboxSignal
+    /// How many entries one pass reads from a shard.
+    let batch: Int
+
+    init(streams: OutboxStreams, target: OutboxStreams.Upstream, app: @escaping @Sendable () -> AppRuntime?, registrar: Registrar,
+         consumer: String, metrics: Metrics, logger: Logger, signal: OutboxSignal, batch: Int = 256) {
+        self.streams = streams
+        self.target = target
+        self.app = app
+        self.registrar = registrar
+        self.consumer = consumer
+        self.metrics = metrics
+        self.logger = logger
+        self.signal = signal
+        self.batch = batch
+    }
+
+    /// Until the task is cancelled (shutdown): then in-flight deliveries finish, leases are given
+    /// back, and what was read but not delivered stays pending for the next holder.
+    func run() async {
+        var retries = RetrySchedule()
+        var prepared = false
+        var idle: UInt64 = 25
+        while !Task.isCancelled {
+            guard let app = app(), let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            let queue = caller.policy.queue
+            if !prepared {
+                do {
+                    try await streams.prepare(target)
+                    prepared = true
+                } catch {
+                    logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+                    await signal.wait(upTo: 1000)
+                    continue
+                }
+            }
+            var delivered = 0
+            for shard in 0..<target.shards where !Task.isCancelled {
+                do {
+                    guard try await streams.hold(shard, of: target, owner: consumer, millis: queue.claimAfterMillis) else { continue }
+                    let messages = try await streams.read(shard, of: target, consumer: consumer, count: batch,
+                                                          claimAfterMillis: queue.claimAfterMillis)
+                    delivered += await deliver(messages, shard: shard, app: app, caller: caller, retries: &retries)
+                } catch {
+                    logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+                }
+            }
+            // Busy: go straight on. Idle: wait for this process's next enqueue, or a while
+            // (other replicas' entries, retries coming due), longer the longer it stays idle.
+            if delivered > 0 {
+                idle = 25
+            } else {
+                await signal.wait(upTo: min(idle, retries.nextDueIn().map { max(1, $0) } ?? idle))
+                idle = min(idle * 2, 1000)
+            }
+        }
+        for shard in 0..<target.shards { await streams.release(shard, of: target, owner: consumer) }
+    }
+
+    /// Delivers one shard's batch: tokens concurrently, each token's entries in order. Returns how
+    /// many entries left the shard.
+    private func deliver(_ messages: [OutboxStreams.Message], shard: Int, app: AppRuntime, caller: UpstreamCaller,
+                         retries: inout RetrySchedule) async -> Int {
+        guard !messages.isEmpty else { return 0 }
+        var byToken: [String: [(OutboxStreams.Message, OutboxEntry?)]] = [:]
+        var order: [String] = []
+        for message in messages {
+            let decoded = message.body.flatMap { try? OutboxEntry.decode($0).get() }
+            let key = decoded?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
+            if byToken[key] == nil { order.append(key) }
+            byToken[key, default: []].append((message, decoded))
+        }
+        let now = MonotonicClock.nowMillis()
+        let due = order.filter { retries.isDue($0, now: now) }
+        let schedule = retries
+        let results = await withTaskGroup(of: (String, TokenResult).self) { group in
+            for token in due {
+                let entries = byToken[token] ?? []
+                group.addTask { [self] in (token, await deliver(entries, shard: shard, app: app, caller: caller, schedule: schedule, token: token)) }
+            }
+            var all: [(String, TokenResult)] = []
+            for await result in group { all.append(result) }
+            return all
+        }
+        var left = 0
+        for (token, result) in results {
+            left += result.left
+            if let failure = result.retry {
+                retries.failed(token, now: MonotonicClock.nowMillis(), policy: caller.policy.retry, retryAfterSeconds: failure)
+            } else {
+                retries.succeeded(token)
+            }
+        }
+        return left
+    }
+
+    struct TokenResult: Sendable {
+        var left = 0
+        /// Set when the token's next entry must wait: the upstream's `Retry-After` (seconds) if any.
+        var retry: Int?? = nil
+    }
+
+    private func deliver(_ entries: [(OutboxStreams.Message, OutboxEntry?)], shard: Int, app: AppRuntime, caller: UpstreamCaller,
+                         schedule: RetrySchedule, token: String) async -> TokenResult {
+        var result = TokenResult()
+        for (message, entry) in entries {
+            do {
+                guard let entry else {
+                    logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: "malformed", status: nil, code: nil)
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                    continue
+                }
+                let age = SystemClock.epochMillis() - Int(entry.acceptedAtMillis)
+                if age > caller.policy.queue.maxAgeMillis {
+                    logger.bounded(.warning, "outbox delivery outlived max_age: dead-lettered", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
+                        ("operation", entry.operation.rawValue), ("request_id", entry.requestID)])
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil)
+                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                    continue
+                }
+                let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID)
+                let outcome: UpstreamOutcome
+                switch entry.operation {
+                case .register:
+                    guard let installation = entry.installation else { continue }
+                    outcome = await registrar.register(installation, at: caller, from: origin)
+                case .unregister:
+                    outcome = await registrar.unregister(entry.pushToken, at: caller, from: origin)
+                }
+                switch outcome {
+                case .forwarded, .unchanged, .skipped, .queued:
+                    try await streams.done(message.id, shard: shard, of: target)
+                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    result.left += 1
+                case .failed(.unavailable(_, let retryAfter)):
+                    result.retry = .some(retryAfter)
+                    return result  // the token's later entries wait behind this one
+                case .failed(let failure):
+                    // A final refusal: kept with the provider's answer for `pushwarden outbox`.
+                    var status: Int?
+                    var code: String?
+                    if case .rejected(_, let s, let c) = failure { status = s; code = c }
+                    if case .credentialRefused(_, let s) = failure { status = s }
+                    logger.bounded(.warning, "outbox delivery refused: dead-lettered", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
+                        ("operation", entry.operation.rawValue), ("code", failure.code.rawValue), ("request_id", entry.requestID)])
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code)
+                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                }
+            } catch {
+                // The store failed mid-way: the entry stays pending and is read again.
+                result.retry = .some(nil)
+                return result
+            }
+        }
+        return result
+    }
+}
+
+/// When each token's next delivery attempt is due: full-jitter exponential backoff from the
+/// upstream's `retry` settings, or the provider's `Retry-After`.
+struct RetrySchedule: Sendable {
+    private var attempts: [String: Int] = [:]
+    private var dueAt: [String: UInt64] = [:]
+
+    func isDue(_ token: String, now: UInt64) -> Bool { (dueAt[token] ?? 0) <= now }
+
+    /// Milliseconds until the soonest retry, if any waits.
+    func nextDueIn() -> UInt64? {
+        guard let soonest = dueAt.values.min() else { return nil }
+        let now = MonotonicClock.nowMillis()
+        return soonest > now ? soonest - now : 0
+    }
+
+    mutating func succeeded(_ token: String) {
+        attempts[token] = nil
+        dueAt[token] = nil
+    }
+
+    mutating func failed(_ token: String, now: UInt64, policy: RetryPolicy, retryAfterSeconds: Int??) {
+        let attempt = (attempts[token] ?? 0) + 1
+        attempts[token] = attempt
+        let wait: Int
+        if case .some(.some(let seconds)) = retryAfterSeconds, seconds > 0 {
+            wait = min(seconds, 3600) * 1000
+        } else {
+            let exponential = policy.backoffMillis << min(attempt - 1, 16)
+            let bound = max(1, min(max(policy.maxBackoffMillis, policy.backoffMillis), exponential))
+            wait = Int.random(in: 1...bound)
+        }
+        dueAt[token] = now + UInt64(wait)
+    }
+}
+
+/// Wakes a waiting worker when this process queued something; otherwise it sleeps its interval.
+final class OutboxSignal: Sendable {
+    private let generation = Atomic<UInt64>(0)
+
+    func wake() { generation.wrappingAdd(1, ordering: .releasing) }
+
+    /// Returns after `millis`, soon after the next `wake`, or at cancellation.
+    func wait(upTo millis: UInt64) async {
+        let start = generation.load(ordering: .acquiring)
+        let deadline = MonotonicClock.nowMillis() + millis
+        while !Task.isCancelled, generation.load(ordering: .acquiring) == start {
+            let now = MonotonicClock.nowMillis()
+            guard now < deadline else { return }
+            try? await Task.sleep(for: .milliseconds(min(10, deadline - now)))
+        }
+    }
+}

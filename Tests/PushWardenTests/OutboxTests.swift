@@ -1,0 +1,183 @@
+import Foundation
+import PWCore
+import PWPolicy
+@testable import PushWarden
+import PushWardenTestSupport
+import RedisClient
+import Testing
+
+/// Durable delivery through the Redis Streams outbox, against a real redis-server and real mock
+/// providers on loopback (CONTRACT section 7).
+@Suite(.serialized) struct OutboxTests {
+    static func voyado(_ mock: MockVoyado, name: String = "voyado", role: String = "primary", delivery: String = "queued",
+                       queue: String = "{max_age: 1h, claim_after: 5s}") -> String {
+        """
+              - name: \(name)
+                provider: voyado
+                role: \(role)
+                delivery: \(delivery)
+                base_path: \(mock.basePath)
+                api_key: {env: VOYADO_KEY}
+                timeout: 1s
+                retry: {attempts: 1, backoff: 20ms, max_backoff: 100ms}
+                queue: \(queue)
+        """
+    }
+
+    static func harness(_ upstreams: String, key: String) async throws -> SidecarHarness {
+        try await SidecarHarness(upstreams: upstreams, secrets: [.env("VOYADO_KEY"): key])
+    }
+
+    static func fcm() -> String { "fcm-" + UUID().uuidString }
+
+    /// Polls `condition` every 50 ms for up to `seconds`.
+    static func eventually(_ seconds: Double = 10, _ condition: () async throws -> Bool) async rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return try await condition()
+    }
+
+    static func bodies(_ mock: MockVoyado, _ path: String) -> [String] {
+        mock.received(path: path).map { String(decoding: $0.body, as: UTF8.self) }
+    }
+
+    @Test func aQueuedRegistrationIsAcceptedThenDeliveredOnce() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        let body = #"{"platform":"android","push_token":"\#(Self.fcm())"}"#
+        let first = try await h.post("/installations", body)
+        #expect(first.status == 202)
+        #expect(first.outcome("voyado") == "queued")
+        // The same registration while it waits is not queued again.
+        let again = try await h.post("/installations", body)
+        #expect(again.outcome("voyado") == "queued" || again.outcome("voyado") == "unchanged")
+        #expect(await Self.eventually { mock.received(path: "/installations").count == 1 })
+        // Delivered: the dedupe entry is committed like a sync forward's.
+        #expect(await Self.eventually { (try? await h.post("/installations", body).outcome("voyado")) == "unchanged" })
+        try? await Task.sleep(for: .milliseconds(300))
+        #expect(mock.received(path: "/installations").count == 1)
+        await h.stop()
+        await mock.stop()
+    }
+
+    @Test func anOutageIsWaitedOutAndTheOrderOfOneTokenKept() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        for _ in 0..<6 { mock.enqueue(.init(status: 503)) }
+        let token = Self.fcm()
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        // Every 503 was retried; then the register and the unregister arrive, in that order.
+        #expect(await Self.eventually(15) { mock.received(path: "/installations/unregister").count == 1 })
+        let calls = mock.received.map(\.path)
+        let lastRegister = try #require(calls.lastIndex { $0.hasSuffix("/installations") })
+        let unregister = try #require(calls.lastIndex { $0.hasSuffix("/installations/unregister") })
+        #expect(lastRegister < unregister, "\(calls)")
+        #expect(calls.filter { $0.hasSuffix("/installations") }.count == 7)  // 6 refused, 1 taken
+        await h.stop()
+        await mock.stop()
+    }
+
+    @Test func aSyncUnregisterDuringAnOutageIsQueuedAndArrivesLater() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock, delivery: "sync"), key: "vk")
+        let token = Self.fcm()
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "forwarded")
+        mock.enqueue(.init(status: 503), .init(status: 503))
+        let logout = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+        #expect(logout.status == 202)
+        #expect(logout.outcome("voyado") == "queued")
+        #expect(await Self.eventually { mock.received(path: "/installations/unregister").count == 3 })
+        #expect(Self.bodies(mock, "/installations/unregister").last?.contains(token) == true)
+        await h.stop()
+        await mock.stop()
+    }
+
+    @Test func aQueuedShadowBesideAHealthyPrimary() async throws {
+        let primary = try MockVoyado(apiKey: "vk")
+        let shadow = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(primary, delivery: "sync") + "\n" + Self.voyado(shadow, name: "shadow", role: "shadow"),
+                                       key: "vk")
+        let token = Self.fcm()
+        let reply = try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#)
+        #expect(reply.status == 202)
+        #expect(reply.outcome("voyado") == "forwarded")
+        #expect(reply.outcome("shadow") == "queued")
+        #expect(primary.received(path: "/installations").count == 1)
+        #expect(await Self.eventually { Self.bodies(shadow, "/installations").contains { $0.contains(token) } })
+        await h.stop()
+        await primary.stop()
+        await shadow.stop()
+    }
+
+    /// What Redis holds in an app's dead-letter stream for an upstream.
+    static func deadLetters(app: String, upstream: String) async throws -> [[String: String]] {
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let streams = OutboxStreams(client: client)
+        return try await streams.deadLetters(of: OutboxStreams.Upstream(app: app, upstream: upstream, shards: 1), count: 100).map(\.1)
+    }
+
+    @Test func aProviderRefusalIsDeadLetteredAtOnceWithItsAnswer() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        mock.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"],
+                           body: #"{"error":{"code":"invalid_platform","message":"x"}}"#))
+        let token = Self.fcm()
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == 1 })
+        let dead = try #require(try await Self.deadLetters(app: h.app, upstream: "voyado").first)
+        #expect(dead["status"] == "400")
+        #expect(dead["code"] == "invalid_platform")
+        #expect(mock.received(path: "/installations").count == 1)  // final at once: no retry
+        let metrics = try await h.admin("/metrics").text
+        #expect(metrics.contains(#"pushwarden_outbox_dead_total{app="\#(h.app)",upstream="voyado"} 1"#), "\(metrics)")
+        // Left the outbox: the same registration is queued again, not answered from a stale mark.
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        await h.stop()
+        await mock.stop()
+    }
+
+    @Test func aDeliveryOlderThanMaxAgeIsDeadLettered() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock, queue: "{max_age: 1s, claim_after: 5s}"), key: "vk")
+        for _ in 0..<200 { mock.enqueue(.init(status: 503)) }
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())"}"#).outcome("voyado") == "queued")
+        #expect(await Self.eventually(10) {
+            ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).first?["reason"] == "max_age"
+        })
+        await h.stop()
+        await mock.stop()
+    }
+
+    /// An entry written by hand that does not hold together is dead-lettered with a log line; the
+    /// worker goes on with the next.
+    @Test func aMalformedEntryIsDeadLetteredAndTheWorkerGoesOn() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        for shard in 0..<Outbox.queuedShards {
+            _ = try await client.send(["XADD", target.stream(shard), "*", "e", #"{"v":1,"op":"teleport"}"#])
+        }
+        #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == Outbox.queuedShards })
+        let token = Self.fcm()
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(await Self.eventually { Self.bodies(mock, "/installations").contains { $0.contains(token) } })
+        #expect(h.logs.text.contains("outbox entry malformed"))
+        await h.stop()
+        await mock.stop()
+    }
+
+    @Test func queuedWithoutRedisIsRefusedAtStart() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        await #expect(throws: StartupError.self) {
+            _ = try await SidecarHarness(upstreams: Self.voyado(mock), secrets: [.env("VOYADO_KEY"): "vk"], memoryStore: true)
+        }
+        await mock.stop()
+    }
+}
