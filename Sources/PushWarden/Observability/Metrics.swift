@@ -37,6 +37,7 @@ public final class Metrics: Sendable {
         var upstreamCalls: [[String]: UInt64] = [:]       // upstream, operation, outcome
         var upstreamLatency: [[String]: Histogram] = [:]  // upstream
         var authFailures: [[String]: UInt64] = [:]        // app
+        var circuitStates: [LabelPair: Int] = [:]         // app, upstream
     }
 
     private let state = Mutex(State())
@@ -57,6 +58,11 @@ public final class Metrics: Sendable {
 
     public func authFailure(app: String) {
         state.withLock { $0.authFailures[[app], default: 0] += 1 }
+    }
+
+    /// An upstream's circuit for one app: 0 closed, 1 open, 2 half-open.
+    public func circuitState(app: String, upstream: String, state value: Int) {
+        state.withLock { $0.circuitStates[LabelPair(first: app, second: upstream)] = value }
     }
 
     /// One attempt at an upstream: `outcome` is `accepted`, `rejected`, `auth_failed`, `retryable`
@@ -89,6 +95,9 @@ public final class Metrics: Sendable {
                ["app"], snapshot.authFailures)
         family("pushwarden_upstream_calls_total", "Upstream call attempts by upstream, operation and outcome.", "counter",
                ["upstream", "operation", "outcome"], snapshot.upstreamCalls)
+        family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
+               ["app", "upstream"],
+               Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))
         out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
         out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"
         for (key, histogram) in snapshot.upstreamLatency.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
