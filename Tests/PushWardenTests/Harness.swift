@@ -27,8 +27,9 @@ final class Harness: Sendable {
     /// - Parameters:
     ///   - clientYAML: replaces the app's `client:` block.
     ///   - retry: the upstream's retry block.
+    ///   - circuit: the upstream's circuit block (the policy's defaults when nil).
     init(store: StoreKind = .redis, clientYAML: String? = nil, retry: String = "{attempts: 3, backoff: 10ms, max_backoff: 50ms}",
-         timeout: String = "2s", mock: MockVoyado? = nil, voyadoKey: String? = nil,
+         timeout: String = "2s", circuit: String? = nil, mock: MockVoyado? = nil, voyadoKey: String? = nil,
          sharedStore: (any DedupeStore)? = nil, sameAppAs other: Harness? = nil) async throws {
         let key = voyadoKey ?? mock?.apiKey ?? "vk_" + UUID().uuidString
         self.voyadoKey = key
@@ -51,7 +52,7 @@ final class Harness: Sendable {
                         api_key: {env: TEST_VOYADO_KEY}
                         timeout: \(timeout)
                         retry: \(retry)
-                """,
+                """ + (circuit.map { "\n        circuit: \($0)" } ?? ""),
             secrets: [.env("TEST_VOYADO_KEY"): key],
             clientYAML: clientYAML ?? "      platforms: [ios, android]\n      max_body: 4KiB\n      max_events: 5",
             store: chosenStore, sameApp: other?.app)

@@ -21,6 +21,7 @@ import Testing
                 timeout: 1s
                 retry: {attempts: 1, backoff: 20ms, max_backoff: 100ms}
                 queue: \(queue)
+                circuit: {failures: 3, within: 10s, open_for: 500ms}
         """
     }
 

@@ -43,7 +43,7 @@ import Testing
             var callers: [UpstreamCaller] = []
             for upstream in policyApp.upstreams {
                 let (adapter, transport) = try ProviderFactory.make(upstream, app: "shop", secrets: resolver, network: client, logger: logger)
-                callers.append(UpstreamCaller(adapter: adapter, policy: upstream, transport: transport, metrics: metrics, logger: logger))
+                callers.append(UpstreamCaller(app: "shop", adapter: adapter, policy: upstream, transport: transport, metrics: metrics, logger: logger))
             }
             app = AppRuntime(policy: policyApp, sessions: try SessionVerifier(policy: policyApp.session, secrets: resolver), upstreams: callers)
             store = MemoryStore()

@@ -14,7 +14,6 @@ NOT_YET=(
   pushwarden_outbox_depth
   pushwarden_outbox_oldest_seconds
   pushwarden_outbox_dead_total
-  pushwarden_upstream_circuit_state
 )
 MARKER="(once durable delivery lands)"
 DASHBOARDS=${DASHBOARDS:-$(ls deploy/grafana/*.json)}
@@ -142,6 +141,7 @@ expect_sample(r'^pushwarden_requests_total\{app="demo",route="register",status="
 expect_sample(r'^pushwarden_requests_total\{app="demo",route="register",status="401"\} 1$', "refused session")
 expect_sample(r'^pushwarden_dedupe_hits_total\{app="demo",upstream="voyado"\} 1$', "dedupe hit")
 expect_sample(r'^pushwarden_auth_failures_total\{app="demo"\} 1$', "auth failure")
+expect_sample(r'^pushwarden_upstream_circuit_state\{app="demo",upstream="voyado"\} 0$', "closed circuit from the start")
 expect_sample(r'^pushwarden_upstream_latency_seconds_bucket\{upstream="voyado",le="\+Inf"\} 2$', "latency of the two upstream calls")
 
 # Grafana's own variables stand for durations; a $variable elsewhere is inside a string.

@@ -40,6 +40,7 @@ public final class Metrics: Sendable {
         var outboxDepth: [[String]: UInt64] = [:]         // app, upstream
         var outboxOldest: [[String]: Double] = [:]        // app, upstream
         var outboxDead: [[String]: UInt64] = [:]          // app, upstream
+        var circuitStates: [LabelPair: Int] = [:]         // app, upstream
     }
 
     private let state = Mutex(State())
@@ -60,6 +61,11 @@ public final class Metrics: Sendable {
 
     public func authFailure(app: String) {
         state.withLock { $0.authFailures[[app], default: 0] += 1 }
+    }
+
+    /// An upstream's circuit for one app: 0 closed, 1 open, 2 half-open.
+    public func circuitState(app: String, upstream: String, state value: Int) {
+        state.withLock { $0.circuitStates[LabelPair(first: app, second: upstream)] = value }
     }
 
     /// One attempt at an upstream: `outcome` is `accepted`, `rejected`, `auth_failed`, `retryable`
@@ -123,6 +129,9 @@ public final class Metrics: Sendable {
             family("pushwarden_outbox_dead_total", "Deliveries moved to the dead-letter stream.", "counter", ["app", "upstream"],
                    snapshot.outboxDead)
         }
+        family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
+               ["app", "upstream"],
+               Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))
         out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
         out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"
         for (key, histogram) in snapshot.upstreamLatency.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {

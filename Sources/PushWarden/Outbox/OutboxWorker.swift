@@ -52,6 +52,12 @@ final class OutboxWorker: Sendable {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
+            // An open circuit: queued deliveries wait instead of hammering; the first call after
+            // `open_for` is the probe.
+            if let wait = caller.circuitWaitMillis {
+                await signal.wait(upTo: UInt64(max(1, wait)))
+                continue
+            }
             let queue = caller.policy.queue
             if !prepared {
                 do {

@@ -201,7 +201,7 @@ public final class Sidecar: Sendable {
         var callers: [UpstreamCaller] = []
         for upstream in app.upstreams {
             let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)
-            callers.append(UpstreamCaller(adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
+            callers.append(UpstreamCaller(app: app.id, adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
                                           logger: logger.with(label: "upstream")))
         }
         callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }

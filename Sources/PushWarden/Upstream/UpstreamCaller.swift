@@ -7,18 +7,32 @@ import PWPolicy
 /// jitter on network errors, 5xx and 429 (honouring `Retry-After`), all within a deadline, and the
 /// provider's verdict mapped to the contract's codes.
 public final class UpstreamCaller: Sendable {
+    /// The app this caller belongs to (each app has its own callers, and so its own circuits).
+    public let app: String
     public let adapter: any UpstreamAdapter
     public let policy: UpstreamPolicy
     let transport: any UpstreamTransport
     let metrics: Metrics
     let logger: Logger
+    /// This app's circuit at this upstream, asked before a call's first attempt.
+    public let breaker: CircuitBreaker
 
-    public init(adapter: any UpstreamAdapter, policy: UpstreamPolicy, transport: any UpstreamTransport, metrics: Metrics, logger: Logger) {
+    /// - Parameter now: the breaker's clock, in milliseconds (tests pass a manual one).
+    public init(app: String, adapter: any UpstreamAdapter, policy: UpstreamPolicy, transport: any UpstreamTransport,
+                metrics: Metrics, logger: Logger, now: @escaping @Sendable () -> UInt64 = { MonotonicClock.nowMillis() }) {
+        self.app = app
         self.adapter = adapter
         self.policy = policy
         self.transport = transport
         self.metrics = metrics
         self.logger = logger
+        let budget = Self.budgetMillis(policy)
+        let upstream = adapter.name
+        breaker = CircuitBreaker(policy: policy.circuit, staleProbeMillis: budget + 1000, now: now) { state in
+            metrics.circuitState(app: app, upstream: upstream, state: state.rawValue)
+        }
+        // Every upstream's series exists from the start, reading closed.
+        metrics.circuitState(app: app, upstream: upstream, state: CircuitBreaker.State.closed.rawValue)
     }
 
     /// Whether this upstream is sent engagement events: its settings say, as `policy explain` does.
@@ -26,12 +40,61 @@ public final class UpstreamCaller: Sendable {
 
     /// The longest one call may take, every attempt and backoff included. Dedupe locks live at
     /// least this long.
-    public var budgetMillis: Int {
+    public var budgetMillis: Int { Self.budgetMillis(policy) }
+
+    static func budgetMillis(_ policy: UpstreamPolicy) -> Int {
         policy.timeoutMillis * policy.retry.attempts + policy.retry.maxBackoffMillis * (policy.retry.attempts - 1)
     }
 
-    /// - Throws: why the upstream did not take it; never `.refusedBeforeCall`.
+    /// Whether a call may go now: the circuit is closed, or a probe is due. Asks without taking
+    /// the probe's place (a queued delivery waits instead of calling while it is false).
+    public var circuitAllowsCall: Bool { breaker.wait() == nil }
+
+    /// nil when a call may go now, else how long to wait before one may (milliseconds, ≥ 1).
+    public var circuitWaitMillis: Int? { breaker.wait() }
+
+    /// - Throws: why the upstream did not take it; never `.refusedBeforeCall`. While the circuit
+    ///   is open, `.unavailable` at once (nothing is sent) with the time left as `Retry-After`.
     public func call(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(UpstreamFailure) -> HTTPClientResponse {
+        let permit: CircuitBreaker.Permit
+        switch breaker.acquire() {
+        case .allowed(let granted):
+            permit = granted
+        case .refused(let waitMillis):
+            throw .unavailable(upstream: adapter.name, retryAfterSeconds: RetryAfter.forClient((waitMillis + 999) / 1000))
+        }
+        do throws(UpstreamFailure) {
+            let response = try await attempts(request, operation: operation)
+            settle(permit, failed: false)
+            return response
+        } catch {
+            if case .unavailable = error {
+                settle(permit, failed: true)
+            } else {
+                settle(permit, failed: false)  // the upstream answered: it is up
+            }
+            throw error
+        }
+    }
+
+    private func settle(_ permit: CircuitBreaker.Permit, failed: Bool) {
+        switch breaker.record(permit, failed: failed) {
+        case .opened(let afterProbe):
+            let circuit = policy.circuit
+            logger.warning(afterProbe ? "upstream circuit re-opened: the probe failed" : "upstream circuit opened", [
+                ("upstream", adapter.name), ("app", app),
+                ("failures", afterProbe ? "1" : String(circuit.failures)), ("within", "\(circuit.withinMillis)ms"),
+                ("open_for", "\(circuit.openForMillis)ms"),
+            ])
+        case .closed:
+            logger.info("upstream circuit closed: the probe succeeded", [("upstream", adapter.name), ("app", app)])
+        case nil:
+            break
+        }
+    }
+
+    /// Every attempt the budget allows.
+    private func attempts(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(UpstreamFailure) -> HTTPClientResponse {
         let deadline = MonotonicClock.nowMillis() + UInt64(budgetMillis)
         var attempt = 0
         var lastRetryAfter: Int?
