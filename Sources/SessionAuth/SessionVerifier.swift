@@ -342,8 +342,10 @@ public final class SessionVerifier: Sendable {
         }
         let claimName = policy.contactClaim
         guard let contactValue = claims[claimName] else { return fail("missing contact claim \(claimName)") }
-        guard let contact = contactValue.stringValue else {
-            return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
+        let contact: String
+        switch Self.contactText(contactValue) {
+        case .success(let text): contact = text
+        case .failure(let failure): return fail("contact claim \(claimName) \(failure.reason)")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
         // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
@@ -359,6 +361,26 @@ public final class SessionVerifier: Sendable {
         }
         guard !TextRules.isBlank(contact) else { return fail("contact claim \(claimName) is only white space") }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+    }
+
+    /// A contact claim's text: a string as it is, or a JSON integer (identity providers that key
+    /// users by a database id send `"sub": 12345`) as its decimal digits exactly as written, when
+    /// the text is the canonical decimal of a 64-bit signed integer (no fraction, exponent, `-0`
+    /// or value beyond `Int64`), so two spellings never name the same contact. Anything else
+    /// (a float, a boolean, null, an object, an array) is refused. `reason` completes
+    /// "contact claim NAME ...".
+    static func contactText(_ value: JSONValue) -> Result<String, AuthFailure> {
+        switch value {
+        case .string(let text):
+            return .success(text)
+        case .number(let text):
+            guard let integer = Int64(text), String(integer) == text else {
+                return .failure(AuthFailure("is a number that is not an integer within 64 bits (\(clip(text)))"))
+            }
+            return .success(text)
+        default:
+            return .failure(AuthFailure("is \(value.typeName), not a string or an integer"))
+        }
     }
 
     /// A token-supplied value, shortened for a log line.
