@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "PushWarden", dependencies: [
             "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPServer", "HTTPClient", "RedisClient",
         ]),
-        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "HTTPClient", "CShims"]),
+        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "PWCrypto", "HTTPClient", "CShims"]),
 
         // MARK: Tests
         .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "Loops", "HTTPServer", "HTTPClient", "RedisClient"]),

@@ -78,6 +78,24 @@ public struct SessionPolicy: Sendable, Equatable {
         case jwksFile(String)
         /// A shared HMAC secret (HS256 only).
         case hmacSecret(SecretRef)
+        /// A JWKS document fetched from the identity provider and refreshed in the background.
+        case jwksURL(JWKSURL)
+    }
+
+    /// `jwks_url`, `jwks_refresh` and the optional `jwks_file` that serves when the first fetch fails.
+    public struct JWKSURL: Sendable, Equatable {
+        /// https, or http to a loopback host.
+        public var url: String
+        /// Seconds between background refreshes when the answer names no `Cache-Control: max-age`.
+        public var refreshSeconds: Int
+        /// Keys to start with when the first fetch fails.
+        public var fallbackFile: String?
+
+        public init(url: String, refreshSeconds: Int = 600, fallbackFile: String? = nil) {
+            self.url = url
+            self.refreshSeconds = refreshSeconds
+            self.fallbackFile = fallbackFile
+        }
     }
 
     /// Header carrying `Bearer <jwt>` (default `Authorization`); nil when only a cookie is used.

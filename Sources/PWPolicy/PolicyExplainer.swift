@@ -36,6 +36,10 @@ public enum PolicyExplainer {
         switch session.keys {
         case .hmacSecret(let ref): out.append("    - signature checked with the shared HMAC secret from \(ref)")
         case .jwksFile(let path): out.append("    - signature checked with the public keys in the JWKS file \(path) (selected by kid)")
+        case .jwksURL(let jwks):
+            let fallback = jwks.fallbackFile.map { "; the JWKS file \($0) when the first fetch fails" } ?? ""
+            out.append("    - signature checked with the public keys fetched from \(jwks.url) (selected by kid), refreshed every "
+                       + "\(Values.formatMillis(jwks.refreshSeconds * 1000)) unless its Cache-Control max-age says otherwise\(fallback)")
         }
         out.append("    - issuer (iss): " + (session.issuer.map { "must be \($0)" } ?? "not checked"))
         out.append("    - audience (aud): " + (session.audience.map { "must include \($0)" } ?? "not checked"))

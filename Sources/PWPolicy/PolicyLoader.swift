@@ -150,8 +150,8 @@ struct PolicyReader {
     // MARK: session
 
     func session(_ node: YAMLNode, _ path: String) -> SessionPolicy? {
-        let keys = ["type", "header", "cookie", "algorithms", "jwks_file", "hmac_secret", "issuer", "audience",
-                    "contact_claim", "leeway"]
+        let keys = ["type", "header", "cookie", "algorithms", "jwks_file", "jwks_url", "jwks_refresh", "hmac_secret", "issuer",
+                    "audience", "contact_claim", "leeway"]
         // Only `jwt` is implemented; an introspect block has its own keys, so do not call them unknown.
         let typeNode = Self.rawValue(of: "type", in: node)
         let isJWT = typeNode?.scalar == "jwt"
@@ -170,33 +170,7 @@ struct PolicyReader {
         if fields["header"] == nil && fields["cookie"] == nil { header = "Authorization" }
 
         let algorithms = fields.required("algorithms").flatMap { self.algorithms($0, fields.at("algorithms")) }
-        var keysValue: SessionPolicy.Keys?
-        switch (fields["jwks_file"], fields["hmac_secret"]) {
-        case (nil, nil):
-            checker.report(fields.mark, path, "missing required key: give one of jwks_file or hmac_secret")
-        case (_?, let hmac?):
-            checker.report(hmac.mark, fields.at("hmac_secret"), "give exactly one of jwks_file or hmac_secret")
-        case (let jwks?, nil):
-            if let file = checker.absolutePath(jwks, fields.at("jwks_file")) {
-                if let algorithms, algorithms.contains(.hs256) {
-                    checker.report(jwks.mark, fields.at("jwks_file"),
-                                   "jwks_file cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]")
-                } else {
-                    keysValue = .jwksFile(file)
-                    // `policy check` reads the file and reports on it here.
-                    checker.locate(jwks.mark, fields.at("jwks_file"))
-                }
-            }
-        case (nil, let hmac?):
-            if let secret = checker.secret(hmac, fields.at("hmac_secret")) {
-                if let algorithms, algorithms != [.hs256] {
-                    checker.report(hmac.mark, fields.at("hmac_secret"),
-                                   "hmac_secret works only with algorithms [HS256]; RS256 and ES256 need jwks_file")
-                } else {
-                    keysValue = .hmacSecret(secret)
-                }
-            }
-        }
+        let keysValue = sessionKeys(fields, path, algorithms: algorithms)
         let issuer = fields["issuer"].flatMap { checker.string($0, fields.at("issuer")) }
         let audience = fields["audience"].flatMap { checker.string($0, fields.at("audience")) }
         if (fields["issuer"] != nil && issuer == nil) || (fields["audience"] != nil && audience == nil) { ok = false }
@@ -215,6 +189,95 @@ struct PolicyReader {
         guard ok, let algorithms, let keysValue, let contactClaim, let leeway else { return nil }
         return SessionPolicy(header: header, cookie: cookie, algorithms: algorithms, keys: keysValue, issuer: issuer,
                              audience: audience, contactClaim: contactClaim, leewaySeconds: leeway)
+    }
+
+    /// One of `hmac_secret` (HS256), `jwks_file` or `jwks_url` (RS256/ES256); `jwks_url` may name
+    /// a `jwks_file` as its fallback, and only it takes `jwks_refresh`.
+    func sessionKeys(_ fields: Fields, _ path: String, algorithms: [JWTAlgorithm]?) -> SessionPolicy.Keys? {
+        let hs256 = algorithms?.contains(.hs256) ?? false
+        if let hmac = fields["hmac_secret"] {
+            if fields["jwks_file"] != nil || fields["jwks_url"] != nil {
+                checker.report(hmac.mark, fields.at("hmac_secret"), "give exactly one of jwks_file, jwks_url or hmac_secret")
+                return nil
+            }
+            guard let secret = checker.secret(hmac, fields.at("hmac_secret")) else { return nil }
+            if let algorithms, algorithms != [.hs256] {
+                checker.report(hmac.mark, fields.at("hmac_secret"),
+                               "hmac_secret works only with algorithms [HS256]; RS256 and ES256 need jwks_file or jwks_url")
+                return nil
+            }
+            return .hmacSecret(secret)
+        }
+        if fields["jwks_url"] == nil, let refresh = fields["jwks_refresh"] {
+            checker.report(refresh.mark, fields.at("jwks_refresh"), "jwks_refresh needs jwks_url")
+            return nil
+        }
+        var file: String?
+        if let jwks = fields["jwks_file"] {
+            guard let value = checker.absolutePath(jwks, fields.at("jwks_file")) else { return nil }
+            if hs256 {
+                checker.report(jwks.mark, fields.at("jwks_file"),
+                               "jwks_file cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]")
+                return nil
+            }
+            // `policy check` reads the file and reports on it here.
+            checker.locate(jwks.mark, fields.at("jwks_file"))
+            file = value
+        }
+        guard let urlNode = fields["jwks_url"] else {
+            guard let file else {
+                checker.report(fields.mark, path, "missing required key: give one of jwks_file, jwks_url or hmac_secret")
+                return nil
+            }
+            return .jwksFile(file)
+        }
+        guard let url = identityProviderURL(urlNode, fields.at("jwks_url")) else { return nil }
+        if hs256 {
+            checker.report(urlNode.mark, fields.at("jwks_url"),
+                           "jwks_url cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]")
+            return nil
+        }
+        var refresh = 600
+        if let node = fields["jwks_refresh"] {
+            guard let millis = checker.duration(node, fields.at("jwks_refresh"), min: 60_000, max: 86_400_000) else { return nil }
+            guard millis % 1000 == 0 else {
+                checker.report(node.mark, fields.at("jwks_refresh"), "must be a whole number of seconds")
+                return nil
+            }
+            refresh = millis / 1000
+        }
+        return .jwksURL(SessionPolicy.JWKSURL(url: url, refreshSeconds: refresh, fallbackFile: file))
+    }
+
+    /// A URL PushWarden itself calls at the identity provider (JWKS, introspection): https, or http
+    /// to a loopback host only; no credentials or fragment. A query is kept.
+    func identityProviderURL(_ node: YAMLNode, _ path: String) -> String? {
+        guard let text = checker.string(node, path) else { return nil }
+        switch URLParts.parse(text) {
+        case .failure(.credentials):
+            checker.report(node.mark, path, "a URL must not carry credentials (user:password@)")
+            return nil
+        case .failure(.malformed):
+            checker.report(node.mark, path, "expected an absolute URL like https://host/path")
+            return nil
+        case .success(let parts):
+            switch parts.scheme {
+            case "https": break
+            case "http":
+                guard parts.isLoopback else {
+                    checker.report(node.mark, path, "plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https")
+                    return nil
+                }
+            default:
+                checker.report(node.mark, path, "URL scheme must be https (or http to a loopback host)")
+                return nil
+            }
+            guard parts.fragment == nil else {
+                checker.report(node.mark, path, "a URL must not have a fragment (#)")
+                return nil
+            }
+            return text
+        }
     }
 
     func algorithms(_ node: YAMLNode, _ path: String) -> [JWTAlgorithm]? {

@@ -52,8 +52,19 @@ public struct JWKSet: Sendable {
         return try JWKSet(json: bytes, algorithms: algorithms)
     }
 
+    /// Whose document it is, which decides what an unsound entry costs.
+    public enum Origin: Sendable {
+        /// An operator's file: an unsound entry refuses the whole file (`serve` does not start).
+        case file
+        /// An identity provider's answer at `jwks_url`: PushWarden cannot fix it, and one bad entry
+        /// must not take the provider's good keys away, so an unsound entry (not an object, `kid`
+        /// not a string, a malformed or weak key, a repeated `kid`) is skipped with its reason
+        /// like a key of the wrong type. Not JSON, no `keys` array or no usable key still refuses it.
+        case fetched
+    }
+
     /// Parses and judges a JWKS document for a policy allowing `algorithms`.
-    public init(json bytes: [UInt8], algorithms: [JWTAlgorithm]) throws(JWKSError) {
+    public init(json bytes: [UInt8], algorithms: [JWTAlgorithm], origin: Origin = .file) throws(JWKSError) {
         let document: JSONValue
         do { document = try JSONValue.parse(bytes) } catch {
             throw JWKSError("not JSON (\(error.message) at byte \(error.offset))")
@@ -66,12 +77,22 @@ public struct JWKSet: Sendable {
         var skipped: [Skipped] = []
         var kids: Set<String> = []
         for (index, entry) in entries.enumerated() {
-            guard let jwk = entry.objectValue else { throw JWKSError("keys[\(index)] is not an object") }
+            /// Refuses a file; skips the entry of a fetched document.
+            func unsound(_ kid: String?, _ reason: String, _ refusal: String) throws(JWKSError) {
+                guard origin == .fetched else { throw JWKSError(refusal) }
+                skipped.append(Skipped(index: index, kid: kid, reason: reason))
+            }
+            guard let jwk = entry.objectValue else {
+                try unsound(nil, "not an object", "keys[\(index)] is not an object")
+                continue
+            }
             let kid: String?
             switch jwk["kid"] {
             case nil: kid = nil
             case .string(let s)?: kid = s
-            case let other?: throw JWKSError("keys[\(index)]: kid is \(other.typeName), not a string")
+            case let other?:
+                try unsound(nil, "kid is \(other.typeName), not a string", "keys[\(index)]: kid is \(other.typeName), not a string")
+                continue
             }
             if let reason = Self.skipReason(jwk) {
                 skipped.append(Skipped(index: index, kid: kid, reason: reason))
@@ -80,10 +101,12 @@ public struct JWKSet: Sendable {
             let name = Self.name(index: index, kid: kid)
             let key: PublicKey
             do { key = try PublicKey(jwk: jwk) } catch {
-                throw JWKSError("\(name): \(error.message)")
+                try unsound(kid, error.message, "\(name): \(error.message)")
+                continue
             }
-            if let kid {
-                guard kids.insert(kid).inserted else { throw JWKSError("\(name): duplicate kid") }
+            if let kid, !kids.insert(kid).inserted {
+                try unsound(kid, "duplicate kid", "\(name): duplicate kid")
+                continue
             }
             switch key.kind {
             case .rsa: rsa.append(Key(kid: kid, key: key))

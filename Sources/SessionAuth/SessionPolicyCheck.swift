@@ -1,6 +1,7 @@
 import PWPolicy
 
-/// What `pushwarden policy check` adds to the loader's checks for sessions: each `jwks_file` is
+/// What `pushwarden policy check` adds to the loader's checks for sessions: each `jwks_file` (also a
+/// `jwks_url`'s fallback) is
 /// read and judged by `JWKSet`, the rules `serve` applies at start-up, so `policy check` refuses
 /// every JWKS that `serve` refuses and names every key that `serve` skips.
 public enum SessionPolicyCheck {
@@ -10,7 +11,15 @@ public enum SessionPolicyCheck {
                                    reader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) -> [Diagnostic] {
         var diagnostics: [Diagnostic] = []
         for app in policy.apps {
-            guard case .jwksFile(let file) = app.session.keys else { continue }
+            let file: String
+            switch app.session.keys {
+            case .jwksFile(let path): file = path
+            case .jwksURL(let jwks):
+                // The URL's keys are the identity provider's, fetched by `serve`; its fallback file is the operator's.
+                guard let fallback = jwks.fallbackFile else { continue }
+                file = fallback
+            case .hmacSecret: continue
+            }
             let path = "apps.\(app.id).session.jwks_file"
             do {
                 let keys = try JWKSet.load(path: file, algorithms: app.session.algorithms, reader: reader)

@@ -8,11 +8,13 @@ import Synchronization
 
 /// Verifies app session JWTs (RFC 7519, compact JWS) as one app's policy says.
 ///
-/// Keys are loaded once at `init`: a JWKS file (RS256/ES256) or an HMAC secret (HS256). The
+/// Keys are loaded at `init`: a JWKS file (RS256/ES256), a JWKS fetched from `jwks_url` (handed
+/// in by the caller, which also refreshes them with `replaceKeys`), or an HMAC secret (HS256). The
 /// token's `alg` must be in the policy's allow-list and decides the key family, and a key is only
 /// ever used with its own family, so an RSA or EC public key can never become an HMAC secret.
 ///
-/// - Important: thread-safe; every stored property is immutable after `init`.
+/// - Important: thread-safe; the key set is swapped whole under a lock, everything else is
+///   immutable after `init`.
 public final class SessionVerifier: Sendable {
     /// Longest token accepted, in bytes.
     public static let maxTokenBytes = 8 * 1024
@@ -29,25 +31,44 @@ public final class SessionVerifier: Sendable {
     private let policy: SessionPolicy
     private let allowed: Set<JWTAlgorithm>
     private let hmacSecret: [UInt8]?
-    private let rsaKeys: [KeyEntry]
-    private let ecKeys: [KeyEntry]
+    /// The JWKS keys in force, replaced whole by `replaceKeys`.
+    private let keys: Mutex<KeyRing>
+    /// Told the kid of a token whose kid no key has (`jwks_url` refetches on it).
+    private let unknownKid = Mutex<(@Sendable (String) -> Void)?>(nil)
     private let clock: any WallClock
     private let headers = HeaderCache()
-    /// JWKS entries that were skipped and why (for a start-up log line).
+    /// JWKS entries that were skipped at `init` and why (for a start-up log line).
     public let skippedKeys: [String]
     /// The same entries, each with its position, kid and reason.
     public let skippedJWKs: [JWKSet.Skipped]
+
+    private final class KeyRing: Sendable {
+        let rsa: [KeyEntry]
+        let ec: [KeyEntry]
+
+        init(rsa: [KeyEntry] = [], ec: [KeyEntry] = []) {
+            self.rsa = rsa
+            self.ec = ec
+        }
+
+        convenience init(_ set: JWKSet) {
+            self.init(rsa: set.rsa.map { KeyEntry(kid: $0.kid, key: $0.key) }, ec: set.ec.map { KeyEntry(kid: $0.kid, key: $0.key) })
+        }
+    }
 
     /// - Parameters:
     ///   - policy: the app's `session` policy.
     ///   - secrets: resolves `hmac_secret`.
     ///   - clock: the time `exp`, `nbf` and `iat` are judged against.
     ///   - jwksLoader: reads the JWKS file named by the policy (a seam for tests).
+    ///   - fetchedKeys: with `jwks_url`, the keys its first fetch gave; nil when it failed (then
+    ///     the policy's `jwks_file` fallback is read, and without one this throws).
     /// - Throws: `SessionConfigError` when the JWKS breaks a `JWKSet` rule (unreadable, not a JWKS,
     ///   a usable key malformed or too weak, two usable keys sharing a `kid`, no key for an allowed
     ///   algorithm), or the HMAC secret cannot be resolved or is shorter than 32 bytes.
     public init(policy: SessionPolicy, secrets: some SecretResolving, clock: some WallClock = SystemClock(),
-                jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) throws(SessionConfigError) {
+                jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile,
+                fetchedKeys: JWKSet? = nil) throws(SessionConfigError) {
         self.policy = policy
         self.allowed = Set(policy.algorithms)
         self.clock = clock
@@ -67,24 +88,60 @@ public final class SessionVerifier: Sendable {
                 throw SessionConfigError("session hmac_secret \(ref) is \(secret.count) bytes; HS256 needs at least \(Self.minimumHMACSecretBytes)")
             }
             hmacSecret = secret
-            rsaKeys = []
-            ecKeys = []
+            self.keys = Mutex(KeyRing())
             skippedJWKs = []
             skippedKeys = []
-        case .jwksFile(let path):
+        case .jwksFile, .jwksURL:
             guard !allowed.contains(.hs256) else {
                 throw SessionConfigError("session: HS256 needs hmac_secret; JWKS keys are never used as HMAC secrets")
             }
+            var file: String?
+            var fetched: (keys: JWKSet, url: String)?
+            switch policy.keys {
+            case .jwksFile(let path):
+                file = path
+            case .jwksURL(let jwks):
+                if let fetchedKeys {
+                    fetched = (fetchedKeys, jwks.url)
+                } else if let fallback = jwks.fallbackFile {
+                    file = fallback
+                } else {
+                    throw SessionConfigError("session jwks_url \(jwks.url): no keys (the first fetch failed and no jwks_file fallback is given)")
+                }
+            case .hmacSecret:
+                break
+            }
             let keys: JWKSet
-            do { keys = try JWKSet.load(path: path, algorithms: policy.algorithms, reader: jwksLoader) } catch {
-                throw SessionConfigError("session jwks_file \(path): \(error.message)")
+            let source: String
+            if let fetched {
+                keys = fetched.keys
+                source = "jwks_url \(fetched.url)"
+            } else if let file {
+                do { keys = try JWKSet.load(path: file, algorithms: policy.algorithms, reader: jwksLoader) } catch {
+                    throw SessionConfigError("session jwks_file \(file): \(error.message)")
+                }
+                source = "jwks_file \(file)"
+            } else {
+                throw SessionConfigError("session: no JWKS")
             }
             hmacSecret = nil
-            rsaKeys = keys.rsa.map { KeyEntry(kid: $0.kid, key: $0.key) }
-            ecKeys = keys.ec.map { KeyEntry(kid: $0.kid, key: $0.key) }
+            self.keys = Mutex(KeyRing(keys))
             skippedJWKs = keys.skipped
-            skippedKeys = keys.skipped.map { "session jwks_file \(path): \($0)" }
+            skippedKeys = keys.skipped.map { "session \(source): \($0)" }
         }
+    }
+
+    /// Puts `keys` in force for every verification that starts from now on (a `jwks_url`
+    /// refresh). Verifications under way finish with the keys they began with.
+    public func replaceKeys(_ keys: JWKSet) {
+        let ring = KeyRing(keys)
+        self.keys.withLock { $0 = ring }
+    }
+
+    /// Sets what is told the kid of a token refused because no key has it. Called on the
+    /// verifying thread (an event loop): it must return at once.
+    public func onUnknownKid(_ handler: @escaping @Sendable (String) -> Void) {
+        unknownKid.withLock { $0 = handler }
     }
 
     /// The default `jwksLoader`: the whole file.
@@ -226,13 +283,15 @@ public final class SessionVerifier: Sendable {
             let expected = HMACSHA256.mac(key: secret, message: signingInput)
             guard constantTimeEquals(expected, signature) else { return fail("signature mismatch") }
         case .rs256:
-            switch selectKey(rsaKeys, kid: kid, alg: alg) {
+            let ring = keys.withLock { $0 }
+            switch selectKey(ring.rsa, in: ring, kid: kid, alg: alg) {
             case .failure(let failure): return .failure(failure)
             case .success(let key):
                 guard key.verifyRS256(signature: signature, message: signingInput) else { return fail("signature mismatch") }
             }
         case .es256:
-            switch selectKey(ecKeys, kid: kid, alg: alg) {
+            let ring = keys.withLock { $0 }
+            switch selectKey(ring.ec, in: ring, kid: kid, alg: alg) {
             case .failure(let failure): return .failure(failure)
             case .success(let key):
                 guard key.verifyES256(signature: signature, message: signingInput) else { return fail("signature mismatch") }
@@ -245,13 +304,14 @@ public final class SessionVerifier: Sendable {
         return check(claims)
     }
 
-    private func selectKey(_ family: [KeyEntry], kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
+    private func selectKey(_ family: [KeyEntry], in ring: KeyRing, kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
         if let kid {
             // By bytes (RFC 7515, section 5.3): a kid that is only canonically equivalent is unknown.
             if let entry = family.first(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) { return .success(entry.key) }
-            if (rsaKeys + ecKeys).contains(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) {
+            if (ring.rsa + ring.ec).contains(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) {
                 return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)"))
             }
+            unknownKid.withLock { $0 }?(kid)
             return .failure(AuthFailure("unknown kid \(Self.clip(kid))"))
         }
         switch family.count {
@@ -342,8 +402,10 @@ public final class SessionVerifier: Sendable {
         }
         let claimName = policy.contactClaim
         guard let contactValue = claims[claimName] else { return fail("missing contact claim \(claimName)") }
-        guard let contact = contactValue.stringValue else {
-            return fail("contact claim \(claimName) is \(contactValue.typeName), not a string")
+        let contact: String
+        switch Self.contactText(contactValue) {
+        case .success(let text): contact = text
+        case .failure(let failure): return fail("contact claim \(claimName) \(failure.reason)")
         }
         guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
         // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
@@ -359,6 +421,26 @@ public final class SessionVerifier: Sendable {
         }
         guard !TextRules.isBlank(contact) else { return fail("contact claim \(claimName) is only white space") }
         return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+    }
+
+    /// A contact claim's text: a string as it is, or a JSON integer (identity providers that key
+    /// users by a database id send `"sub": 12345`) as its decimal digits exactly as written, when
+    /// the text is the canonical decimal of a 64-bit signed integer (no fraction, exponent, `-0`
+    /// or value beyond `Int64`), so two spellings never name the same contact. Anything else
+    /// (a float, a boolean, null, an object, an array) is refused. `reason` completes
+    /// "contact claim NAME ...".
+    static func contactText(_ value: JSONValue) -> Result<String, AuthFailure> {
+        switch value {
+        case .string(let text):
+            return .success(text)
+        case .number(let text):
+            guard let integer = Int64(text), String(integer) == text else {
+                return .failure(AuthFailure("is a number that is not an integer within 64 bits (\(clip(text)))"))
+            }
+            return .success(text)
+        default:
+            return .failure(AuthFailure("is \(value.typeName), not a string or an integer"))
+        }
     }
 
     /// A token-supplied value, shortened for a log line.

@@ -5,6 +5,7 @@ import CShims
 import Dispatch
 import HTTPClient
 import PWCore
+import PWCrypto
 import PWPolicy
 import PushWarden
 import SessionAuth
@@ -15,15 +16,19 @@ import Synchronization
 let usage = """
     usage:
       pushwarden serve --policy FILE [--listen HOST:PORT] [--admin HOST:PORT] [--redis URL] [--log-level LEVEL] [--threads N]
-                       [--connections-per-address N] [--head-timeout SECONDS]
+                       [--connections-per-address N] [--head-timeout SECONDS] [--policy-key PUBLIC.pem] [--watch]
       pushwarden policy check FILE...
       pushwarden policy explain FILE
+      pushwarden policy sign --key PRIVATE.pem FILE
+      pushwarden policy verify --key PUBLIC.pem FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
       PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
-      PUSHWARDEN_SHUTDOWN_GRACE
+      PUSHWARDEN_SHUTDOWN_GRACE, PUSHWARDEN_POLICY_KEY, PUSHWARDEN_WATCH (true or 1)
+
+    serve reloads the policy on SIGHUP, and on a change of the file with --watch.
     """
 
 func fail(_ message: String, code: Int32 = 2) -> Never {
@@ -42,8 +47,9 @@ func environment(_ name: String) -> String? {
     return s.isEmpty ? nil : s
 }
 
-/// `--name value` pairs; a flag given twice or without a value is an error (exit `code`).
-func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>, code: Int32 = 2) -> [String: String] {
+/// `--name value` pairs (and `--name` alone for a flag in `switches`, read as "true"); a flag
+/// given twice or without a value is an error (exit `code`).
+func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>, switches: Set<String> = [], code: Int32 = 2) -> [String: String] {
     var flags: [String: String] = [:]
     var i = arguments.startIndex
     while i < arguments.endIndex {
@@ -54,8 +60,12 @@ func parseFlags(_ arguments: ArraySlice<String>, allowed: Set<String>, code: Int
             name = String(argument[..<eq])
             value = String(argument[argument.index(after: eq)...])
         }
-        guard name.hasPrefix("--"), allowed.contains(String(name.dropFirst(2))) else { fail("unknown argument \(argument)\n\(usage)", code: code) }
-        if value == nil {
+        let bare = String(name.dropFirst(2))
+        guard name.hasPrefix("--"), allowed.contains(bare) || switches.contains(bare) else { fail("unknown argument \(argument)\n\(usage)", code: code) }
+        if switches.contains(bare) {
+            guard value == nil else { fail("\(name) takes no value", code: code) }
+            value = "true"
+        } else if value == nil {
             i += 1
             guard i < arguments.endIndex else { fail("\(name) needs a value", code: code) }
             value = arguments[i]
@@ -81,7 +91,7 @@ func loadPolicyOrExit(_ path: String) -> Policy {
 
 func serve(_ arguments: ArraySlice<String>) async -> Never {
     let flags = parseFlags(arguments, allowed: ["policy", "listen", "admin", "redis", "log-level", "threads",
-                                                "connections-per-address", "head-timeout"])
+                                                "connections-per-address", "head-timeout", "policy-key"], switches: ["watch"])
     guard let policyPath = flags["policy"] ?? environment("PUSHWARDEN_POLICY") else { fail("serve needs --policy FILE") }
     var configuration = ServeConfiguration()
     if let listen = flags["listen"] ?? environment("PUSHWARDEN_LISTEN") {
@@ -122,17 +132,42 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
     // 1,000 connections measured the same with 2, 3 and 8 arenas (52.5-52.8 MiB).
     let loops = configuration.threads > 0 ? configuration.threads : max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     _ = pw_limit_malloc_arenas(Int32(loops + 8))
-    let policy = loadPolicyOrExit(policyPath)
+    var policyKey: Ed25519PublicKey?
+    if let keyPath = flags["policy-key"] ?? environment("PUSHWARDEN_POLICY_KEY") {
+        switch PolicyFile.publicKey(path: keyPath) {
+        case .success(let key): policyKey = key
+        case .failure(let error): fail(error.description, code: 1)
+        }
+    }
+    let watchValue = flags["watch"] ?? environment("PUSHWARDEN_WATCH") ?? "false"
+    guard ["true", "1", "false", "0"].contains(watchValue) else { fail("PUSHWARDEN_WATCH must be true, 1, false or 0") }
+    let watch = watchValue == "true" || watchValue == "1"
+    // A SIGHUP before the reloader exists must not end the process (its default action).
+    signal(SIGHUP, SIG_IGN)
+    let source: PolicySource
+    switch PolicyFile.load(path: policyPath, key: policyKey) {
+    case .success(let loaded): source = loaded
+    case .failure(let diagnostics):
+        for diagnostic in diagnostics.diagnostics { printError(diagnostic.description) }
+        exit(1)
+    }
     let logger = Logger(label: "pushwarden", level: configuration.logLevel)
     signal(SIGPIPE, SIG_IGN)
     let signals = TerminationSignals()
     let sidecar: Sidecar
     do {
-        sidecar = try Sidecar(policy: policy, configuration: configuration, logger: logger)
+        sidecar = try await Sidecar.start(policy: source.policy, sha256: source.sha256, configuration: configuration, logger: logger)
     } catch {
         fail(error.description, code: 1)
     }
+    let reloader = PolicyReloader(path: policyPath, key: policyKey, sidecar: sidecar, logger: logger.with(label: "policy"))
+    let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "pushwarden.sighup"))
+    hangup.setEventHandler { reloader.request(reason: "SIGHUP") }
+    hangup.resume()
+    if watch { reloader.watch() }
     let received = await signals.wait()
+    hangup.cancel()
+    reloader.stopWatching()
     logger.info("signal received", [("signal", received == SIGTERM ? "SIGTERM" : "SIGINT")])
     await sidecar.shutdown(gracePeriodSeconds: configuration.shutdownGraceSeconds)
     exit(0)
@@ -211,9 +246,70 @@ func policyCommand(_ arguments: ArraySlice<String>) -> Never {
         guard files.count == 1, let file = files.first else { fail("policy explain needs exactly one FILE") }
         print(PolicyExplainer.explain(loadPolicyOrExit(file)), terminator: "")
         exit(0)
+    case "sign", "verify":
+        signOrVerify(sub, files)
     default:
         fail("unknown policy command \(sub)\n\(usage)")
     }
+}
+
+/// `policy sign --key PRIVATE.pem FILE` writes `FILE.sig`; `policy verify --key PUBLIC.pem FILE`
+/// checks it. Exit 0 on success, 1 when the signature is missing or wrong (or a file unreadable),
+/// 2 on usage errors.
+func signOrVerify(_ command: String, _ arguments: ArraySlice<String>) -> Never {
+    var rest = arguments
+    var keyPath: String?
+    var files: [String] = []
+    while let argument = rest.popFirst() {
+        if argument == "--key" {
+            guard keyPath == nil, let value = rest.popFirst() else { fail("policy \(command): --key needs one value") }
+            keyPath = value
+        } else if argument.hasPrefix("--key=") {
+            guard keyPath == nil else { fail("policy \(command): --key given twice") }
+            keyPath = String(argument.dropFirst("--key=".count))
+        } else if argument.hasPrefix("--") {
+            fail("unknown argument \(argument)\n\(usage)")
+        } else {
+            files.append(argument)
+        }
+    }
+    guard let keyPath, files.count == 1, let file = files.first else { fail("policy \(command) needs --key KEY.pem and exactly one FILE") }
+    guard let bytes = readWholeFile(file) else { fail("cannot read \(file)", code: 1) }
+    if command == "sign" {
+        guard let pem = readWholeFile(keyPath) else { fail("cannot read the key \(keyPath)", code: 1) }
+        do {
+            let key = try Ed25519PrivateKey(pem: pem)
+            let signature = try key.sign(bytes)
+            let target = PolicyFile.signaturePath(file)
+            guard writeWholeFile(target, signature) else { fail("cannot write \(target)", code: 1) }
+            print("\(target): signed \(file) (sha256 \(SHA256.hexHash(bytes)))")
+            exit(0)
+        } catch {
+            fail("the key \(keyPath) is not a PEM Ed25519 private key (\(error.message))", code: 1)
+        }
+    }
+    let key: Ed25519PublicKey
+    switch PolicyFile.publicKey(path: keyPath) {
+    case .success(let loaded): key = loaded
+    case .failure(let error): fail(error.description, code: 1)
+    }
+    if let problem = PolicyFile.signatureProblem(bytes: bytes, path: file, key: key) { fail("\(file): \(problem)", code: 1) }
+    print("\(file): signature ok (sha256 \(SHA256.hexHash(bytes)))")
+    exit(0)
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a reader (a watching
+/// `serve`) never sees half a signature.
+func writeWholeFile(_ path: String, _ bytes: [UInt8]) -> Bool {
+    let temporary = path + ".tmp-\(getpid())"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    guard fd >= 0 else { return false }
+    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    guard close(fd) == 0, written == bytes.count, rename(temporary, path) == 0 else {
+        unlink(temporary)
+        return false
+    }
+    return true
 }
 
 // MARK: dev-token

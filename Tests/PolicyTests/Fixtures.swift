@@ -61,7 +61,7 @@ let badFixtures: [Fixture] = [
           - name: up
             provider: dry_run
     """, expected: [
-        "t.yaml:8:7: apps.shop.session: unknown key 'audiense'; allowed keys: type, header, cookie, algorithms, jwks_file, hmac_secret, issuer, audience, contact_claim, leeway",
+        "t.yaml:8:7: apps.shop.session: unknown key 'audiense'; allowed keys: type, header, cookie, algorithms, jwks_file, jwks_url, jwks_refresh, hmac_secret, issuer, audience, contact_claim, leeway",
     ]),
     Fixture(name: "wrong type", yaml: """
     version: 1
@@ -215,7 +215,7 @@ let badFixtures: [Fixture] = [
           - name: up
             provider: dry_run
     """, expected: [
-        "t.yaml:7:20: apps.shop.session.hmac_secret: hmac_secret works only with algorithms [HS256]; RS256 and ES256 need jwks_file",
+        "t.yaml:7:20: apps.shop.session.hmac_secret: hmac_secret works only with algorithms [HS256]; RS256 and ES256 need jwks_file or jwks_url",
     ]),
     Fixture(name: "jwks file with HS256", yaml: """
     version: 1
@@ -360,9 +360,36 @@ let moreBadFixtures: [Fixture] = [
             yaml: minimalPolicy.replacingFirst("{env: SHOP_SESSION_SECRET}", with: "{file: secrets/a}"), expected: [
         "t.yaml:7:27: apps.shop.session.hmac_secret.file: expected an absolute path (starting with /)",
     ]),
+    Fixture(name: "jwks_url over http to a public host",
+            yaml: minimalPolicy.replacingFirst("[HS256]", with: "[ES256]")
+                .replacingFirst("      hmac_secret: {env: SHOP_SESSION_SECRET}", with: "      jwks_url: http://auth.example.com/jwks.json"), expected: [
+        "t.yaml:7:17: apps.shop.session.jwks_url: plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https",
+    ]),
+    Fixture(name: "jwks_url with a fragment, jwks_refresh out of range",
+            yaml: minimalPolicy.replacingFirst("[HS256]", with: "[ES256]")
+                .replacingFirst("      hmac_secret: {env: SHOP_SESSION_SECRET}",
+                                with: "      jwks_url: https://auth.example.com/jwks.json#keys\n      jwks_refresh: 30s"), expected: [
+        "t.yaml:7:17: apps.shop.session.jwks_url: a URL must not have a fragment (#)",
+    ]),
+    Fixture(name: "jwks_refresh under a minute",
+            yaml: minimalPolicy.replacingFirst("[HS256]", with: "[ES256]")
+                .replacingFirst("      hmac_secret: {env: SHOP_SESSION_SECRET}",
+                                with: "      jwks_url: https://auth.example.com/jwks.json\n      jwks_refresh: 30s"), expected: [
+        "t.yaml:8:21: apps.shop.session.jwks_refresh: must be between 1m and 1d, found 30s",
+    ]),
+    Fixture(name: "jwks_refresh without jwks_url",
+            yaml: minimalPolicy.replacingFirst("[HS256]", with: "[ES256]")
+                .replacingFirst("      hmac_secret: {env: SHOP_SESSION_SECRET}",
+                                with: "      jwks_file: /etc/jwks.json\n      jwks_refresh: 5m"), expected: [
+        "t.yaml:8:21: apps.shop.session.jwks_refresh: jwks_refresh needs jwks_url",
+    ]),
+    Fixture(name: "jwks_url with HS256",
+            yaml: minimalPolicy.replacingFirst("      hmac_secret: {env: SHOP_SESSION_SECRET}", with: "      jwks_url: https://auth.example.com/jwks.json"), expected: [
+        "t.yaml:7:17: apps.shop.session.jwks_url: jwks_url cannot be used with HS256: public keys must never be usable as HMAC secrets; use hmac_secret with algorithms [HS256]",
+    ]),
     Fixture(name: "both key sources",
             yaml: minimalPolicy.replacingFirst("      hmac_secret:", with: "      jwks_file: /etc/jwks.json\n      hmac_secret:"), expected: [
-        "t.yaml:8:20: apps.shop.session.hmac_secret: give exactly one of jwks_file or hmac_secret",
+        "t.yaml:8:20: apps.shop.session.hmac_secret: give exactly one of jwks_file, jwks_url or hmac_secret",
     ]),
     Fixture(name: "no primary among several upstreams",
             yaml: minimalPolicy + "        role: shadow\n      - name: up2\n        provider: dry_run\n        role: shadow\n", expected: [

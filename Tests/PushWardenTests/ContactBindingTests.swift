@@ -2,6 +2,7 @@ import Foundation
 import PWCore
 import PushWarden
 import PushWardenTestSupport
+import SessionAuth
 import Testing
 
 /// The contact a request acts for, over real HTTP: the session's contact claim must be a clean
@@ -50,6 +51,32 @@ import Testing
             #expect(reply.errorCode == "unauthorized")
         }
         #expect(h.mock.received.isEmpty)
+        await h.stop()
+    }
+    /// A contact claim that is a JSON integer reaches the provider as its decimal text, and a
+    /// client-sent `contact_id` must be that text; a float or a boolean is 401.
+    @Test func integerContactClaimOverHTTP() async throws {
+        let h = try await Harness()
+        func token(_ contact: JSONValue) -> String {
+            let now = Int(Date().timeIntervalSince1970)
+            return JWTMinter.mintHS256(claims: JSONObject([
+                JSONMember("contact_id", contact), JSONMember("iss", "https://auth.test"), JSONMember("aud", "test-app"),
+                JSONMember("exp", .number(String(now + 600))),
+            ]), secret: h.sessionSecret)
+        }
+        let body = #"{"platform":"ios","push_token":"\#(Harness.apnsToken())","contact_id":"12345"}"#
+        let reply = try await h.post("/installations", body, token: token(.number("12345")))
+        #expect(reply.status == 202, "\(reply.text)")
+        let forwarded = h.mock.received.compactMap { (try? JSONValue.parse($0.body))?.objectValue?["contact_id"]?.stringValue }
+        #expect(forwarded == ["12345"])
+        let mismatch = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(Harness.apnsToken())","contact_id":"012345"}"#,
+                                        token: token(.number("12345")))
+        #expect(mismatch.errorCode == "contact_mismatch")
+        for refused: JSONValue in [.number("12345.0"), .number("1e5"), .bool(true), .object(JSONObject()), .array([.number("1")])] {
+            let reply = try await h.post("/installations", #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#, token: token(refused))
+            #expect(reply.status == 401, "\(refused): \(reply.text)")
+            #expect(reply.errorCode == "unauthorized")
+        }
         await h.stop()
     }
 }

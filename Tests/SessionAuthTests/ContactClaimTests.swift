@@ -137,3 +137,57 @@ struct ContactClaimTests {
         #expect(failureReason(v.verify(token: kelvin)) == "unknown kid \u{212A}1")
     }
 }
+
+/// Identity providers that key users by a database id send the contact as a JSON integer
+/// (`"sub": 12345`): it is the integer's decimal text, exactly as written; every other non-string
+/// claim is refused. Tokens signed by the `openssl` command line (ES256) and HS256.
+@Suite("Integer contact claims")
+struct IntegerContactClaimTests {
+    static let accepted: [String] = ["12345", "0", "-7", "9223372036854775807", "-9223372036854775808", "1000000000000000000"]
+    static let refused: [(json: String, reason: String)] = [
+        ("12.5", "is a number that is not an integer within 64 bits (12.5)"),
+        ("12.0", "is a number that is not an integer within 64 bits (12.0)"),
+        ("1e3", "is a number that is not an integer within 64 bits (1e3)"),
+        ("1E3", "is a number that is not an integer within 64 bits (1E3)"),
+        ("-0", "is a number that is not an integer within 64 bits (-0)"),
+        ("9223372036854775808", "is a number that is not an integer within 64 bits (9223372036854775808)"),
+        ("-9223372036854775809", "is a number that is not an integer within 64 bits (-9223372036854775809)"),
+        ("true", "is a boolean, not a string or an integer"),
+        ("false", "is a boolean, not a string or an integer"),
+        ("null", "is null, not a string or an integer"),
+        (#"{"id":1}"#, "is an object, not a string or an integer"),
+        ("[1]", "is an array, not a string or an integer"),
+    ]
+
+    @Test func integersAreTheirDecimalText() throws {
+        let f = try Fixture.get()
+        let es = try verifier(jwtPolicy([.es256]), jwks: f.jwks)
+        let hs = try verifier(jwtPolicy([.hs256], keys: .hmacSecret(hmacRef)))
+        for integer in Self.accepted {
+            let signed = try f.token(header: #"{"alg":"ES256","kid":"ec-1"}"#, payload: payload(["contact_id": integer]), keyFile: "ec.pem")
+            #expect(try es.verify(token: signed).get().contactID == integer)
+            let mac = try f.hs256Token(payload: payload(["contact_id": integer]), secret: hmacSecret)
+            #expect(try hs.authenticate(bearer(mac)).get().contactID == integer)
+        }
+    }
+
+    @Test func otherTypesAreRefused() throws {
+        let f = try Fixture.get()
+        let es = try verifier(jwtPolicy([.es256]), jwks: f.jwks)
+        for c in Self.refused {
+            let signed = try f.token(header: #"{"alg":"ES256","kid":"ec-1"}"#, payload: payload(["contact_id": c.json]), keyFile: "ec.pem")
+            let result = es.verify(token: signed)
+            #expect(failureReason(result) == "contact claim contact_id \(c.reason)", "\(c.json)")
+            if case .failure(let failure) = result { #expect(failure.contractError.code == .unauthorized) }
+        }
+    }
+
+    /// The default claim `sub` as an integer.
+    @Test func integerSubject() throws {
+        let v = try verifier(SessionPolicy(header: "Authorization", cookie: nil, algorithms: [.hs256], keys: .hmacSecret(hmacRef),
+                                           issuer: nil, audience: nil, contactClaim: "sub", leewaySeconds: 30))
+        let token = JWTMinter.mintHS256(claims: JSONObject([JSONMember("sub", .number("12345")),
+                                                            JSONMember("exp", .number(String(Int(testNow) + 60)))]), secret: hmacSecret)
+        #expect(try v.verify(token: token).get().contactID == "12345")
+    }
+}

@@ -289,7 +289,7 @@ struct RefusedTokenTests {
         #expect(try reason(["aud": nil]) == "missing aud")
         #expect(try reason(["aud": #"["a","\#(audience)"]"#]) == nil)
         #expect(try reason(["contact_id": nil]) == "missing contact claim contact_id")
-        #expect(try reason(["contact_id": "42"]) == "contact claim contact_id is a number, not a string")
+        #expect(try reason(["contact_id": "true"]) == "contact claim contact_id is a boolean, not a string or an integer")
         #expect(try reason(["contact_id": "\"\""]) == "contact claim contact_id is empty")
         #expect(try reason(["contact_id": #""a\nb""#]) == "contact claim contact_id contains a control or invisible formatting character (U+000A)")
         #expect(try reason(["contact_id": "\"\(String(repeating: "x", count: 257))\""])

@@ -41,6 +41,10 @@ public final class Metrics: Sendable {
         var outboxOldest: [[String]: Double] = [:]        // app, upstream
         var outboxDead: [[String]: UInt64] = [:]          // app, upstream
         var circuitStates: [LabelPair: Int] = [:]         // app, upstream
+        var jwksFetches: [[String]: UInt64] = [:]         // app, result
+        var jwksSince: [String: ContinuousClock.Instant] = [:]  // app: when its keys in force came
+        var policyReloads: [[String]: UInt64] = [:]       // result
+        var policySHA256: String?
     }
 
     private let state = Mutex(State())
@@ -66,6 +70,35 @@ public final class Metrics: Sendable {
     /// An upstream's circuit for one app: 0 closed, 1 open, 2 half-open.
     public func circuitState(app: String, upstream: String, state value: Int) {
         state.withLock { $0.circuitStates[LabelPair(first: app, second: upstream)] = value }
+    }
+
+    /// One fetch of an app's `jwks_url`: `result` is `ok`, `network_error`, `http_error`,
+    /// `too_large` or `invalid`.
+    public func jwksFetch(app: String, result: String) {
+        state.withLock { $0.jwksFetches[[app, result], default: 0] += 1 }
+    }
+
+    /// The app's keys in force were fetched (or its fallback file loaded) just now: the zero of
+    /// `pushwarden_jwks_age_seconds{app}`.
+    public func jwksKeysInForce(app: String) {
+        let now = ContinuousClock.now
+        state.withLock { $0.jwksSince[app] = now }
+    }
+
+    /// Drops the age series of apps that are no longer in the policy (a reload removed them or
+    /// gave them other keys); fetch counters stay, as counters do.
+    public func keepJWKSAges(of apps: Set<String>) {
+        state.withLock { state in state.jwksSince = state.jwksSince.filter { apps.contains($0.key) } }
+    }
+
+    /// A reload attempt: `result` is `ok` or `error`.
+    public func policyReload(result: String) {
+        state.withLock { $0.policyReloads[[result], default: 0] += 1 }
+    }
+
+    /// The SHA-256 (hex) of the policy file in force.
+    public func policyInForce(sha256: String) {
+        state.withLock { $0.policySHA256 = sha256 }
     }
 
     /// One attempt at an upstream: `outcome` is `accepted`, `rejected`, `auth_failed`, `retryable`
@@ -132,6 +165,21 @@ public final class Metrics: Sendable {
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))
+        family("pushwarden_jwks_fetches_total", "Fetches of session keys from jwks_url by app and result.", "counter",
+               ["app", "result"], snapshot.jwksFetches)
+        out += "# HELP pushwarden_jwks_age_seconds Seconds since the app's session keys in force were fetched.\n"
+        out += "# TYPE pushwarden_jwks_age_seconds gauge\n"
+        let now = ContinuousClock.now
+        for (app, since) in snapshot.jwksSince.sorted(by: { $0.key < $1.key }) {
+            let age = since.duration(to: now)
+            let seconds = Double(age.components.seconds) + Double(age.components.attoseconds) / 1e18
+            out += "pushwarden_jwks_age_seconds{\(Self.labels(["app"], [app]))} \((seconds * 1000).rounded() / 1000)\n"
+        }
+        family("pushwarden_policy_reloads_total", "Policy reloads by result.", "counter", ["result"], snapshot.policyReloads)
+        if let sha = snapshot.policySHA256 {
+            out += "# HELP pushwarden_policy_info The policy in force, by the SHA-256 of its file.\n"
+            out += "# TYPE pushwarden_policy_info gauge\npushwarden_policy_info{sha256=\"\(sha)\"} 1\n"
+        }
         out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
         out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"
         for (key, histogram) in snapshot.upstreamLatency.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {

@@ -8,11 +8,15 @@ final class AppRuntime: Sendable {
     let policy: AppPolicy
     let sessions: SessionVerifier
     let upstreams: [UpstreamCaller]
+    /// Keeps `sessions`' keys fresh when they come from a `jwks_url`; started when the app is put
+    /// in force, stopped when a reload replaces it.
+    let jwks: JWKSRefresher?
 
-    init(policy: AppPolicy, sessions: SessionVerifier, upstreams: [UpstreamCaller]) {
+    init(policy: AppPolicy, sessions: SessionVerifier, upstreams: [UpstreamCaller], jwks: JWKSRefresher? = nil) {
         self.policy = policy
         self.sessions = sessions
         self.upstreams = upstreams
+        self.jwks = jwks
     }
 
     /// Runs `body` for every upstream, concurrently when there are several, and returns the

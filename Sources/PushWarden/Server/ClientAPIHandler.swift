@@ -20,18 +20,29 @@ import Synchronization
 /// Every refusal is a `ContractError` rendered in the contract's envelope; every answer is
 /// counted in metrics here.
 public final class ClientAPIHandler: HTTPHandler {
-    let apps: [String: AppRuntime]
+    /// The apps in force, swapped whole by a policy reload. A request resolves its `AppRuntime`
+    /// once, in `decide`, and keeps it: requests in flight finish on the policy they began with.
+    private let appTable: Mutex<[String: AppRuntime]>
+    var apps: [String: AppRuntime] { appTable.withLock { $0 } }
     let registrar: Registrar
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
 
     init(apps: [String: AppRuntime], registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
-        self.apps = apps
+        self.appTable = Mutex(apps)
         self.registrar = registrar
         self.rateLimiter = rateLimiter
         self.metrics = metrics
         self.logger = logger
+    }
+
+    /// Puts `apps` in force for requests whose head arrives from now on; returns the apps they replace.
+    func replaceApps(_ apps: [String: AppRuntime]) -> [String: AppRuntime] {
+        appTable.withLock { table in
+            defer { table = apps }
+            return table
+        }
     }
 
     // MARK: 1. Before the body

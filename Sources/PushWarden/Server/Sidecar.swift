@@ -4,6 +4,7 @@ import PWCore
 import PWPolicy
 import RedisClient
 import SessionAuth
+import Synchronization
 
 /// Process-level settings that are not policy: where to listen, which store, how loud to log.
 /// Flags win over `PUSHWARDEN_*` environment variables, which win over these defaults.
@@ -66,82 +67,123 @@ public struct StartupError: Error, Sendable, CustomStringConvertible {
 }
 
 /// The running sidecar: the client listener, the admin listener, the store and the upstream client.
+///
+/// The apps it serves can be replaced while it runs (`reload`); nothing else can.
 public final class Sidecar: Sendable {
     public let metrics: Metrics
     private let clientServer: HTTPServer
     private let adminServer: HTTPServer
     private let httpClient: HTTPClient?
     private let redis: RedisClient?
+    private let logger: Logger
+    private let handler: ClientAPIHandler
+    private let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
     private let outboxTasks: [Task<Void, Never>]
-    private let logger: Logger
+    /// Whether queued deliveries can be kept (the Redis store): a policy that needs them is
+    /// refused at start and at reload otherwise.
+    private let hasOutbox: Bool
 
     /// The bound client port (useful when configured with port 0).
     public var port: Int { clientServer.port }
     public var adminPort: Int { adminServer.port }
 
-    /// Resolves every secret, builds every app and starts both listeners.
+    /// The parts that outlive a policy: store, upstream network, metrics and the app builder.
+    private struct Parts {
+        let store: any DedupeStore
+        let redis: RedisClient?
+        let httpClient: HTTPClient?
+        let builder: AppBuilder
+        let loopCount: Int
+
+        init(configuration: ServeConfiguration, logger: Logger, secrets: any SecretResolving, store: (any DedupeStore)?,
+             transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming) throws(StartupError) {
+            if let store {
+                self.store = store
+                redis = nil
+            } else if let url = configuration.redisURL {
+                let redisConfiguration: RedisConfiguration
+                do {
+                    redisConfiguration = try RedisConfiguration(url: url)
+                } catch {
+                    throw StartupError("invalid Redis URL: \(error.detail)")
+                }
+                let client = RedisClient(configuration: redisConfiguration)
+                redis = client
+                self.store = RedisStore(client: client)
+            } else {
+                redis = nil
+                self.store = MemoryStore()
+            }
+
+            loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
+            let network: any UpstreamTransport
+            if let transport {
+                network = transport
+                httpClient = nil
+            } else {
+                do {
+                    // Providers speaking HTTP/1.1 need one connection per in-flight call: at 50 ms per call,
+                    // 64 connections would cap a host at about 1,300 calls/s. Each event loop keeps its own
+                    // connections, so the limit is shared out between them.
+                    let perLoop = max(1, (configuration.upstreamConnectionsPerHost + loopCount - 1) / loopCount)
+                    let client = try HTTPClient(configuration: HTTPClientConfiguration(
+                        maxConnectionsPerHost: perLoop, maxTotalConnections: perLoop * 2))
+                    httpClient = client
+                    network = client
+                } catch {
+                    throw StartupError("cannot start the upstream HTTP client: \(error.detail)")
+                }
+            }
+            builder = AppBuilder(secrets: secrets, network: network, metrics: Metrics(), logger: logger, jwksTiming: jwksTiming)
+        }
+    }
+
+    /// Resolves every secret, builds every app and starts both listeners, without any network
+    /// call: a policy with a `jwks_url` needs `start`, which fetches the keys first.
     ///
     /// - Parameters:
     ///   - store: overrides the store chosen by `configuration.redisURL` (tests).
     ///   - transport: overrides the network for real providers (tests).
-    public init(policy: Policy, configuration: ServeConfiguration, logger: Logger,
-                secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
-                transport: (any UpstreamTransport)? = nil) throws(StartupError) {
+    public convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger,
+                            secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
+                            transport: (any UpstreamTransport)? = nil) throws(StartupError) {
+        let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
+                              jwksTiming: JWKSTiming())
+        let apps = try parts.builder.buildOffline(policy)
+        try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps)
+    }
+
+    /// Builds every app (fetching each `jwks_url` first: `serve` does not start when a first
+    /// fetch fails and no `jwks_file` fallback is given), then starts both listeners.
+    ///
+    /// - Parameters:
+    ///   - sha256: the policy file's SHA-256 (hex), logged and exported as `pushwarden_policy_info`.
+    ///   - jwksTiming: the `jwks_url` clock (tests shorten it).
+    public static func start(policy: Policy, sha256: String? = nil, configuration: ServeConfiguration, logger: Logger,
+                             secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
+                             transport: (any UpstreamTransport)? = nil, jwksTiming: JWKSTiming = JWKSTiming()) async throws(StartupError) -> Sidecar {
+        let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
+                              jwksTiming: jwksTiming)
+        let apps = try await parts.builder.build(policy)
+        return try Sidecar(policy: policy, sha256: sha256, configuration: configuration, logger: logger, parts: parts, apps: apps)
+    }
+
+    private init(policy: Policy, sha256: String?, configuration: ServeConfiguration, logger: Logger, parts: Parts,
+                 apps: [String: AppRuntime]) throws(StartupError) {
         self.logger = logger
-        let metrics = Metrics()
-        self.metrics = metrics
-
-
-        let chosenStore: any DedupeStore
-        if let store {
-            chosenStore = store
-            redis = nil
-        } else if let url = configuration.redisURL {
-            let redisConfiguration: RedisConfiguration
-            do {
-                redisConfiguration = try RedisConfiguration(url: url)
-            } catch {
-                throw StartupError("invalid Redis URL: \(error.detail)")
-            }
-            let client = RedisClient(configuration: redisConfiguration)
-            redis = client
-            chosenStore = RedisStore(client: client)
-        } else {
-            redis = nil
-            chosenStore = MemoryStore()
-        }
-
-        // Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
-        let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
+        self.metrics = parts.builder.metrics
+        self.redis = parts.redis
+        self.httpClient = parts.httpClient
+        self.builder = parts.builder
+        let chosenStore = parts.store
         let outboxClient = (chosenStore as? RedisStore)?.client
-        if !queued.isEmpty, outboxClient == nil {
-            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
-        }
-
-        let loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
-        let network: any UpstreamTransport
-        if let transport {
-            network = transport
-            httpClient = nil
-        } else {
-            do {
-                // Providers speaking HTTP/1.1 need one connection per in-flight call: at 50 ms per call,
-                // 64 connections would cap a host at about 1,300 calls/s. Each event loop keeps its own
-                // connections, so the limit is shared out between them.
-                let perLoop = max(1, (configuration.upstreamConnectionsPerHost + loopCount - 1) / loopCount)
-                let client = try HTTPClient(configuration: HTTPClientConfiguration(
-                    maxConnectionsPerHost: perLoop, maxTotalConnections: perLoop * 2))
-                httpClient = client
-                network = client
-            } catch {
-                throw StartupError("cannot start the upstream HTTP client: \(error.detail)")
-            }
-        }
-
-        var apps: [String: AppRuntime] = [:]
-        for app in policy.apps {
-            apps[app.id] = try Self.build(app, secrets: secrets, network: network, metrics: metrics, logger: logger)
+        hasOutbox = outboxClient != nil
+        do throws(StartupError) {
+            try Self.checkQueued(policy, hasOutbox: hasOutbox)
+        } catch {
+            builder.shutdown()
+            throw error
         }
 
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
@@ -149,10 +191,14 @@ public final class Sidecar: Sendable {
         let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values)) }
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
                                   outbox: outbox)
-        outboxTasks = outbox.map { Self.startOutbox($0, apps: apps, registrar: registrar, metrics: metrics, logger: logger.with(label: "outbox")) } ?? []
         let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(), metrics: metrics,
                                        logger: logger.with(label: "client-api"))
-        let threads = loopCount
+        self.handler = handler
+        let sharedMetrics = parts.builder.metrics
+        let outboxLogger = logger.with(label: "outbox")
+        outboxTasks = outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics,
+                                                    logger: outboxLogger) } ?? []
+        let threads = parts.loopCount
         do {
             clientServer = try HTTPServer(
                 // 16 KiB per connection bounds a request head (a session JWT is ~1 KiB) and is what
@@ -163,6 +209,7 @@ public final class Sidecar: Sendable {
                                                        connectionMemoryLimit: 16 * 1024),
                 handler: handler)
         } catch {
+            builder.shutdown()
             throw StartupError("cannot listen on \(configuration.listen): \(error.message)")
         }
         do {
@@ -172,51 +219,81 @@ public final class Sidecar: Sendable {
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
                 handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true))
         } catch {
+            builder.shutdown()
             throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
         }
-        logger.info("pushwarden listening", [
+        for app in apps.values { app.jwks?.start() }
+        if let sha256 { metrics.policyInForce(sha256: sha256) }
+        var fields = [
             ("listen", HostPort(host: configuration.listen.host, port: clientServer.port).description),
             ("admin", HostPort(host: configuration.admin.host, port: adminServer.port).description),
             ("store", chosenStore.kind), ("policy", policy.sourcePath), ("apps", policy.apps.map(\.id).joined(separator: ",")),
-        ])
+        ]
+        if let sha256 { fields.append(("policy_sha256", sha256)) }
+        logger.info("pushwarden listening", fields)
     }
 
-    private static func build(_ app: AppPolicy, secrets: some SecretResolving, network: any UpstreamTransport,
-                              metrics: Metrics, logger: Logger) throws(StartupError) -> AppRuntime {
-        let sessions: SessionVerifier
+    /// Why a reload was refused; the running policy stays.
+    public struct ReloadError: Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Builds the apps of `policy` completely (secrets resolved, upstreams made, `jwks_url` keys
+    /// fetched) and only then puts them in force; requests in flight finish on the apps they
+    /// began with. On any failure nothing switches. Counted in `pushwarden_policy_reloads_total`.
+    ///
+    /// - Important: callers serialize reloads (`PolicyReloader` does).
+    public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
+        let apps: [String: AppRuntime]
         do {
-            sessions = try SessionVerifier(policy: app.session, secrets: secrets)
+            try Self.checkQueued(policy, hasOutbox: hasOutbox)
+            apps = try await builder.build(policy)
         } catch {
-            throw StartupError("app \(app.id): session: \(error)")
+            reloadFailed([error.description], policy: policy.sourcePath)
+            return .failure(ReloadError(description: error.description))
         }
-        if case .jwksFile(let file) = app.session.keys {
-            // `policy check` names the same keys, as warnings.
-            for skipped in sessions.skippedJWKs {
-                var fields = [("app", app.id), ("jwks_file", file), ("key", "keys[\(skipped.index)]")]
-                if let kid = skipped.kid { fields.append(("kid", kid)) }
-                fields.append(("reason", skipped.reason))
-                logger.warning("session key skipped", fields)
-            }
-        }
-        var callers: [UpstreamCaller] = []
-        for upstream in app.upstreams {
-            let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)
-            callers.append(UpstreamCaller(app: app.id, adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
-                                          logger: logger.with(label: "upstream")))
-        }
-        callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }
-        return AppRuntime(policy: app, sessions: sessions, upstreams: callers)
+        let old = handler.replaceApps(apps)
+        for app in apps.values { app.jwks?.start() }
+        for app in old.values { app.jwks?.stop() }
+        metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
+        metrics.policyInForce(sha256: sha256)
+        metrics.policyReload(result: "ok")
+        let added = apps.keys.filter { old[$0] == nil }.sorted()
+        let removed = old.keys.filter { apps[$0] == nil }.sorted()
+        logger.info("policy reloaded", [("policy", policy.sourcePath), ("policy_sha256", sha256),
+                                        ("apps", policy.apps.map(\.id).joined(separator: ",")),
+                                        ("added", added.joined(separator: ",")), ("removed", removed.joined(separator: ","))])
+        return .success(())
     }
 
-    /// One worker per upstream the outbox delivers for, and a sampler for its metrics.
-    private static func startOutbox(_ outbox: Outbox, apps: [String: AppRuntime], registrar: Registrar, metrics: Metrics,
+    /// A reload refused before it reached `reload` (unreadable, invalid or badly signed file):
+    /// logged with every diagnostic line and counted; the running policy stays.
+    public func reloadFailed(_ diagnostics: [String], policy: String) {
+        metrics.policyReload(result: "error")
+        logger.error("policy reload refused; the running policy stays", [("policy", policy),
+                                                                         ("diagnostics", diagnostics.joined(separator: "\n"))])
+        for line in diagnostics { logger.error("policy diagnostic", [("policy", policy), ("diagnostic", line)]) }
+    }
+
+    /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
+    private static func checkQueued(_ policy: Policy, hasOutbox: Bool) throws(StartupError) {
+        let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
+        guard queued.isEmpty || hasOutbox else {
+            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
+        }
+    }
+
+    /// One worker per upstream the outbox delivers for, and a sampler for its metrics. Workers
+    /// look their app up in the running policy on every pass.
+    private static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
                                     logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
+        let apps = handler.apps
         for target in outbox.watched {
             if apps[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
                 metrics.outboxWatched(app: target.app, upstream: target.upstream)
             }
-            let worker = OutboxWorker(streams: outbox.streams, target: target, app: { apps[target.app] }, registrar: registrar,
+            let worker = OutboxWorker(streams: outbox.streams, target: target, app: { handler.apps[target.app] }, registrar: registrar,
                                       consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target))
             tasks.append(Task.detached { await worker.run() })
         }
@@ -240,12 +317,141 @@ public final class Sidecar: Sendable {
     /// pending for another replica) and releases the upstream client and the store.
     public func shutdown(gracePeriodSeconds: Double) async {
         logger.info("shutting down", [("grace_seconds", String(gracePeriodSeconds))])
+        for app in handler.apps.values { app.jwks?.stop() }
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
         for task in outboxTasks { task.cancel() }
         for task in outboxTasks { await task.value }
         httpClient?.shutdown()
+        builder.shutdown()
         redis?.close()
         logger.info("stopped")
+    }
+}
+
+/// Makes `AppRuntime`s from a policy: at start and, the same way, at every reload.
+struct AppBuilder: Sendable {
+    let secrets: any SecretResolving
+    let network: any UpstreamTransport
+    let metrics: Metrics
+    let logger: Logger
+    let jwksTiming: JWKSTiming
+    /// The client for identity providers (JWKS now), made on first use: answers are capped at
+    /// 64 KiB, and its connections are not the upstreams'.
+    private let identity = IdentityClient()
+
+    init(secrets: any SecretResolving, network: any UpstreamTransport, metrics: Metrics, logger: Logger, jwksTiming: JWKSTiming) {
+        self.secrets = secrets
+        self.network = network
+        self.metrics = metrics
+        self.logger = logger
+        self.jwksTiming = jwksTiming
+    }
+
+    func shutdown() { identity.shutdown() }
+
+    /// Every app of `policy`, each `jwks_url` fetched first.
+    func build(_ policy: Policy) async throws(StartupError) -> [String: AppRuntime] {
+        var apps: [String: AppRuntime] = [:]
+        for app in policy.apps {
+            var fetched: JWKSFetch.Fetched?
+            var client: HTTPClient?
+            if case .jwksURL(let jwks) = app.session.keys {
+                let identityClient = try identity.client()
+                client = identityClient
+                switch await JWKSRefresher.firstFetch(app: app.id, settings: jwks, algorithms: app.session.algorithms,
+                                                      client: identityClient, metrics: metrics, logger: logger, timing: jwksTiming) {
+                case .success(let keys):
+                    fetched = keys
+                case .failure(let failure):
+                    guard let fallback = jwks.fallbackFile else {
+                        throw StartupError("app \(app.id): session jwks_url \(jwks.url): the first fetch failed (\(failure.detail)) and no jwks_file fallback is given")
+                    }
+                    logger.warning("jwks_url unavailable; starting with the jwks_file fallback",
+                                   [("app", app.id), ("url", jwks.url), ("jwks_file", fallback)])
+                }
+            }
+            apps[app.id] = try make(app, fetched: fetched, client: client)
+        }
+        return apps
+    }
+
+    /// Every app of `policy` without network calls; a `jwks_url` is refused.
+    func buildOffline(_ policy: Policy) throws(StartupError) -> [String: AppRuntime] {
+        var apps: [String: AppRuntime] = [:]
+        for app in policy.apps {
+            if case .jwksURL = app.session.keys {
+                throw StartupError("app \(app.id): session jwks_url needs Sidecar.start, which fetches the keys before listening")
+            }
+            apps[app.id] = try make(app, fetched: nil, client: nil)
+        }
+        return apps
+    }
+
+    private func make(_ app: AppPolicy, fetched: JWKSFetch.Fetched?, client: HTTPClient?) throws(StartupError) -> AppRuntime {
+        let sessions: SessionVerifier
+        do {
+            sessions = try SessionVerifier(policy: app.session, secrets: secrets, fetchedKeys: fetched?.keys)
+        } catch {
+            throw StartupError("app \(app.id): session: \(error)")
+        }
+        var source: (String, String)?
+        switch app.session.keys {
+        case .jwksFile(let file): source = ("jwks_file", file)
+        case .jwksURL(let jwks): source = fetched != nil ? ("jwks_url", jwks.url) : ("jwks_file", jwks.fallbackFile ?? "")
+        case .hmacSecret: source = nil
+        }
+        if let source {
+            // `policy check` names the same keys of a file, as warnings.
+            for skipped in sessions.skippedJWKs {
+                var fields = [("app", app.id), source, ("key", "keys[\(skipped.index)]")]
+                if let kid = skipped.kid { fields.append(("kid", kid)) }
+                fields.append(("reason", skipped.reason))
+                logger.warning("session key skipped", fields)
+            }
+        }
+        var refresher: JWKSRefresher?
+        if case .jwksURL(let jwks) = app.session.keys, let client {
+            refresher = JWKSRefresher(app: app.id, settings: jwks, algorithms: app.session.algorithms, verifier: sessions, client: client,
+                                      first: fetched, metrics: metrics, logger: logger.with(label: "jwks"), timing: jwksTiming)
+        }
+        var callers: [UpstreamCaller] = []
+        for upstream in app.upstreams {
+            let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)
+            callers.append(UpstreamCaller(app: app.id, adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
+                                          logger: logger.with(label: "upstream")))
+        }
+        callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }
+        return AppRuntime(policy: app, sessions: sessions, upstreams: callers, jwks: refresher)
+    }
+}
+
+/// The identity-provider HTTP client, made on first use and shut down once.
+final class IdentityClient: Sendable {
+    private let state = Mutex<(client: HTTPClient?, closed: Bool)>((nil, false))
+
+    func client() throws(StartupError) -> HTTPClient {
+        let result = state.withLock { (state: inout (client: HTTPClient?, closed: Bool)) -> Result<HTTPClient, StartupError> in
+            if let client = state.client { return .success(client) }
+            guard !state.closed else { return .failure(StartupError("the sidecar is shutting down")) }
+            do throws(HTTPClientError) {
+                let client = try HTTPClient(configuration: HTTPClientConfiguration(
+                    maxConnectionsPerHost: 4, maxTotalConnections: 16, maxResponseBytes: JWKSFetch.maxBytes, userAgent: "pushwarden"))
+                state.client = client
+                return .success(client)
+            } catch {
+                return .failure(StartupError("cannot start the identity-provider HTTP client: \(error.detail)"))
+            }
+        }
+        return try result.get()
+    }
+
+    func shutdown() {
+        let client = state.withLock { state -> HTTPClient? in
+            state.closed = true
+            defer { state.client = nil }
+            return state.client
+        }
+        client?.shutdown()
     }
 }
