@@ -84,7 +84,16 @@ public enum PolicyExplainer {
         out.append("  Upstreams (who receives data):")
         for upstream in app.upstreams {
             let role = upstream.role == .primary ? "primary, answers the client" : "shadow, best effort"
-            let timing = "timeout \(Values.formatMillis(upstream.timeoutMillis)), \(upstream.retry.attempts) attempt(s)"
+            var timing = "timeout \(Values.formatMillis(upstream.timeoutMillis)), \(upstream.retry.attempts) attempt(s)"
+            if upstream.delivery == .queued {
+                timing += "; queued deliveries kept in the Redis outbox for up to \(Values.formatMillis(upstream.queue.maxAgeMillis)) "
+                    + "(then dead-lettered), taken over from a stopped replica after \(Values.formatMillis(upstream.queue.claimAfterMillis))"
+            } else {
+                timing += "; an unregister that fails is queued in the Redis outbox (with the Redis store)"
+            }
+            let circuit = upstream.circuit
+            timing += "; circuit opens after \(circuit.failures) failure(s) within \(Values.formatMillis(circuit.withinMillis)) "
+                + "for \(Values.formatMillis(circuit.openForMillis))"
             let settings = upstream.provider.settings
             if let endpoint = settings.endpoint {
                 out.append("    - '\(upstream.name)': \(settings.summary) (host \(hostOf(endpoint))); \(role); \(upstream.delivery.rawValue) delivery; \(timing)")

@@ -23,6 +23,7 @@ let usage = """
       pushwarden policy verify --key PUBLIC.pem FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
+      pushwarden outbox list|replay|drop --redis URL [--app APP] [--upstream NAME]
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
       PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
@@ -371,11 +372,27 @@ func healthcheck(_ arguments: ArraySlice<String>) async -> Never {
 // MARK: main
 
 let arguments = CommandLine.arguments.dropFirst()
+/// `outbox list|replay|drop`: the dead-letter streams (tokens as short hashes).
+func outboxCommand(_ arguments: ArraySlice<String>) async {
+    guard let verb = arguments.first, let action = OutboxCommand.Action(rawValue: verb) else {
+        fail("usage: pushwarden outbox list|replay|drop --redis URL [--app APP] [--upstream NAME]")
+    }
+    let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "app", "upstream"])
+    guard let url = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL") else { fail("outbox needs --redis URL") }
+    do {
+        _ = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"]) { print($0) }
+        exit(0)
+    } catch {
+        fail(error.description, code: 1)
+    }
+}
+
 switch arguments.first {
 case "serve": await serve(arguments.dropFirst())
 case "policy": policyCommand(arguments.dropFirst())
 case "dev-token": devToken(arguments.dropFirst())
 case "healthcheck": await healthcheck(arguments.dropFirst())
+case "outbox": await outboxCommand(arguments.dropFirst())
 case "-h", "--help", "help": print(usage); exit(0)
 default: fail(usage)
 }

@@ -97,7 +97,8 @@ struct OutboxStreams: Sendable {
 
     /// Moves an entry to the dead-letter stream with why, then removes it from its shard.
     func deadLetter(_ message: Message, shard: Int, of upstream: Upstream, reason: String, status: Int?, code: String?) async throws(StoreError) {
-        var fields = ["XADD", upstream.dead, "*", "e", message.body ?? "", "reason", reason, "from", message.id]
+        var fields = ["XADD", upstream.dead, "*", "e", message.body ?? "", "reason", reason, "from", message.id,
+                      "shards", String(upstream.shards)]
         if let status { fields += ["status", String(status)] }
         if let code { fields += ["code", code] }
         _ = try await send(fields)

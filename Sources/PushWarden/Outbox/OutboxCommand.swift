@@ -1,0 +1,100 @@
+import PWCore
+import RedisClient
+
+/// `pushwarden outbox list|replay|drop --redis URL [--app A] [--upstream U]`: what the
+/// dead-letter streams hold, tokens as short hashes; put back into the outbox; or deleted.
+public enum OutboxCommand {
+    public enum Action: String, Sendable { case list, replay, drop }
+
+    /// One line per dead letter (or per one replayed or dropped), then a count line.
+    public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?,
+                           write: (String) -> Void) async throws(StartupError) -> Int {
+        let configuration: RedisConfiguration
+        do {
+            configuration = try RedisConfiguration(url: redisURL)
+        } catch {
+            throw StartupError("invalid Redis URL: \(error.detail)")
+        }
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let streams = OutboxStreams(client: client)
+        var handled = 0
+        for target in try await deadStreams(client, app: app, upstream: upstream) {
+            let letters: [(OutboxStreams.Message, [String: String])]
+            do {
+                letters = try await streams.deadLetters(of: target, count: 10_000)
+            } catch {
+                throw StartupError("cannot read \(target.dead): \(error.detail)")
+            }
+            for (message, fields) in letters {
+                let entry = message.body.flatMap { try? OutboxEntry.decode($0).get() }
+                write(describe(message, fields: fields, entry: entry, target: target))
+                do {
+                    switch action {
+                    case .list:
+                        break
+                    case .replay:
+                        guard let entry else {
+                            write("  not replayed: the entry is malformed (drop it)")
+                            continue
+                        }
+                        let shards = fields["shards"].flatMap { Int($0) } ?? target.shards
+                        try await streams.replay(message, entry: entry,
+                                                 of: OutboxStreams.Upstream(app: target.app, upstream: target.upstream, shards: shards))
+                    case .drop:
+                        try await streams.drop(message, of: target)
+                    }
+                } catch {
+                    throw StartupError("\(action.rawValue) \(message.id): \(error.detail)")
+                }
+                handled += 1
+            }
+        }
+        let verb = action == .list ? "dead-lettered" : action == .replay ? "replayed" : "dropped"
+        write("\(handled) \(verb)")
+        return handled
+    }
+
+    private static func describe(_ message: OutboxStreams.Message, fields: [String: String], entry: OutboxEntry?,
+                                 target: OutboxStreams.Upstream) -> String {
+        var parts = [message.id, "\(target.app)/\(target.upstream)"]
+        if let entry {
+            parts += [entry.operation.rawValue, Redact.token(entry.pushToken), "contact \(Redact.contact(entry.contactID))",
+                      "request \(entry.requestID)"]
+        } else {
+            parts.append("malformed entry")
+        }
+        parts.append("reason \(fields["reason"] ?? "-")")
+        if let status = fields["status"] { parts.append("status \(status)") }
+        if let code = fields["code"] { parts.append("code \(code)") }
+        return parts.joined(separator: "  ")
+    }
+
+    /// Every dead-letter stream on this Redis (SCAN), narrowed to `app` and `upstream`.
+    private static func deadStreams(_ client: RedisClient, app: String?, upstream: String?) async throws(StartupError) -> [OutboxStreams.Upstream] {
+        var cursor = "0"
+        var found: [OutboxStreams.Upstream] = []
+        repeat {
+            let reply: RedisReply
+            do {
+                reply = try await client.send(["SCAN", cursor, "MATCH", "pw:v2:{outbox:*:dead}:s", "COUNT", "1000"])
+            } catch {
+                throw StartupError("cannot reach Redis: \(error.detail)")
+            }
+            guard case .array(let parts) = reply, parts.count == 2, let next = parts[0].string, case .array(let keys) = parts[1] else {
+                throw StartupError("unexpected SCAN reply")
+            }
+            cursor = next
+            for key in keys.compactMap(\.string) {
+                // pw:v2:{outbox:<app>:<upstream>:dead}:s — app ids and upstream names hold no ':'.
+                let inner = key.dropFirst("pw:v2:{outbox:".count).dropLast(":dead}:s".count).split(separator: ":")
+                guard inner.count == 2 else { continue }
+                let target = OutboxStreams.Upstream(app: String(inner[0]), upstream: String(inner[1]), shards: 1)
+                if let app, target.app != app { continue }
+                if let upstream, target.upstream != upstream { continue }
+                found.append(target)
+            }
+        } while cursor != "0"
+        return found.sorted { ($0.app, $0.upstream) < ($1.app, $1.upstream) }
+    }
+}
