@@ -20,6 +20,21 @@ import Testing
 
     struct Run { var status: Int32; var stdout: String; var stderr: String }
 
+    /// Sends `signal` and waits up to `seconds` for the process to exit; one that does not is
+    /// SIGKILLed (and the test fails), so a stuck child never hangs the suite.
+    static func stop(_ process: Process, signal: Int32 = SIGINT, within seconds: Double = 10,
+                     sourceLocation: SourceLocation = #_sourceLocation) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            Issue.record("pid \(process.processIdentifier) did not exit within \(seconds) s of signal \(signal)", sourceLocation: sourceLocation)
+            kill(process.processIdentifier, SIGKILL)
+        }
+        process.waitUntilExit()
+    }
+
     static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
         let process = Process()
         process.executableURL = binary
@@ -38,10 +53,11 @@ import Testing
 
     /// Starts `pushwarden serve` on the example policy with loopback ports 0 and `extra`
     /// arguments; returns the process, its stderr, the log so far and the bound addresses.
-    static func serve(_ extra: [String], environment: [String: String]) throws -> (Process, Pipe, String, String, String) {
+    static func serve(_ extra: [String], environment: [String: String],
+                      policy: String = "policies/example.yaml") throws -> (Process, Pipe, String, String, String) {
         let process = Process()
         process.executableURL = binary
-        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + extra
+        process.arguments = ["serve", "--policy", policy, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + extra
         process.currentDirectoryURL = packageRoot
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let err = Pipe()
@@ -92,8 +108,7 @@ import Testing
         #expect(refused == true, "the third connection from one address")
         #expect(other == 404)
         #expect(closedByDeadline == true, "a trickled head after PUSHWARDEN_HEAD_TIMEOUT=1")
-        process.interrupt()
-        process.waitUntilExit()
+        Self.stop(process)
 
         for bad in [["--connections-per-address", "-1"], ["--head-timeout", "soon"]] {
             let result = try Self.run(["serve", "--policy", "policies/example.yaml"] + bad)
@@ -143,8 +158,7 @@ import Testing
         let ready = try await client.execute(.init(method: "GET", url: "http://\(admin)/readyz"))
         #expect(ready.status == 200)
 
-        process.interrupt()  // SIGINT, like Ctrl-C; SIGTERM takes the same path
-        process.waitUntilExit()
+        Self.stop(process)  // SIGINT, like Ctrl-C; SIGTERM takes the same path
         #expect(process.terminationStatus == 0)
         logText += String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(logText.contains("dry_run: would send"))
@@ -188,7 +202,7 @@ import Testing
     /// PUSHWARDEN_ADMIN, a wildcard address reached on loopback), 1 and one line otherwise.
     @Test func healthcheckAgainstARunningSidecar() throws {
         let sidecar = try Self.startSidecar(environment: ["PUSHWARDEN_DEMO_SESSION_SECRET": "healthcheck-secret-0123456789abcdef"])
-        defer { sidecar.process.terminate(); sidecar.process.waitUntilExit() }
+        defer { Self.stop(sidecar.process, signal: SIGTERM) }
         let byFlag = try Self.run(["healthcheck", "--admin", sidecar.admin])
         #expect(byFlag.status == 0, "\(byFlag.stdout)\(byFlag.stderr)")
         #expect(byFlag.stdout == "healthy: http://\(sidecar.admin)/healthz answered 200\n")

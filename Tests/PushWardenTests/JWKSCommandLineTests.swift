@@ -121,9 +121,8 @@ import Testing
             if chunk.isEmpty { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
-        if process.isRunning { process.interrupt() }
+        CommandLineTests.stop(process)
         text += String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
         return CommandLineTests.Run(status: process.terminationStatus, stdout: "", stderr: text)
     }
 

@@ -64,8 +64,7 @@ import Testing
         }
 
         func stop() {
-            if process.isRunning { process.interrupt() }
-            process.waitUntilExit()
+            CommandLineTests.stop(process)
         }
     }
 

@@ -1,0 +1,155 @@
+import Foundation
+import HTTPClient
+import PWCore
+import PushWardenTestSupport
+import RedisClient
+import SessionAuth
+import Testing
+
+/// The outbox across processes: `pushwarden serve` SIGKILLed while deliveries wait, and a second
+/// replica taking over what a killed one had claimed. Real processes, a real redis-server, a real
+/// mock provider, all on loopback; bounded counts, every process ended by its pid.
+@Suite(.serialized) struct OutboxProcessTests {
+    static let secret = "outbox-session-secret-0123456789abcdef"
+
+    static func policy(_ mock: MockVoyado) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pw-outbox-\(UUID().uuidString).yaml").path
+        let text = """
+            version: 1
+            apps:
+              shop:
+                session:
+                  type: jwt
+                  algorithms: [HS256]
+                  hmac_secret: {env: OUTBOX_SESSION_SECRET}
+                client:
+                  platforms: [ios, android]
+                upstreams:
+                  - name: voyado
+                    provider: voyado
+                    delivery: queued
+                    base_path: \(mock.basePath)
+                    api_key: {env: OUTBOX_VOYADO_KEY}
+                    timeout: 1s
+                    retry: {attempts: 1, backoff: 50ms, max_backoff: 200ms}
+                    queue: {max_age: 1h, claim_after: 2s}
+                    circuit: {failures: 3, within: 10s, open_for: 300ms}
+            """
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    static func token(_ contact: String) -> String {
+        let now = Int(Date().timeIntervalSince1970)
+        return JWTMinter.mintHS256(claims: JSONObject([
+            JSONMember("sub", .string(contact)), JSONMember("iat", .number(String(now))), JSONMember("exp", .number(String(now + 600))),
+        ]), secret: Array(secret.utf8))
+    }
+
+    /// A `serve` on the shared test Redis (a database of its own, flushed first).
+    static func start(_ policy: String, database: Int) throws -> (Process, String) {
+        let (process, _, _, listen, _) = try CommandLineTests.serve(
+            ["--redis", RedisServer.shared.url + "/\(database)"],
+            environment: ["OUTBOX_SESSION_SECRET": secret, "OUTBOX_VOYADO_KEY": "vk"], policy: policy)
+        return (process, listen)
+    }
+
+    /// Registers `count` new tokens (50 at a time); each must answer 202 `queued`.
+    static func register(_ count: Int, at listen: String) async throws -> [String] {
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        let tokens = (0..<count).map { _ in "fcm-" + UUID().uuidString }
+        let session = token("alice")
+        for start in stride(from: 0, to: count, by: 50) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for token in tokens[start..<min(count, start + 50)] {
+                    group.addTask {
+                        let response = try await client.execute(HTTPClientRequest(
+                            method: "POST", url: "http://\(listen)/v1/apps/shop/installations",
+                            headers: ["Authorization": "Bearer \(session)", "Content-Type": "application/json"],
+                            body: Array(#"{"platform":"android","push_token":"\#(token)"}"#.utf8), timeoutMillis: 10_000))
+                        let body = String(decoding: response.body, as: UTF8.self)
+                        #expect(response.status == 202 && body.contains(#""voyado":"queued""#), "\(body)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        return tokens
+    }
+
+    static func flush(database: Int) async throws {
+        let client = RedisClientFactory.make(database: database)
+        defer { client.close() }
+        _ = try await client.send(["FLUSHDB"])
+    }
+
+    /// Delivered tokens among `tokens` (a registration call the mock accepted), and the calls
+    /// beyond one per token (duplicates).
+    static func delivered(_ tokens: [String], mock: MockVoyado) -> (Int, Int) {
+        let wanted = Set(tokens)
+        var seen: [String: Int] = [:]
+        for call in mock.received(path: "/installations") {
+            guard let token = (try? JSONValue.parse(call.body))?.objectValue?["push_token"]?.stringValue, wanted.contains(token) else { continue }
+            seen[token, default: 0] += 1
+        }
+        return (seen.count, seen.values.reduce(0) { $0 + max(0, $1 - 1) })
+    }
+
+    /// 500 deliveries wait while the provider fails; PushWarden is SIGKILLed; the provider
+    /// recovers; a new process delivers every one (after the dead one's claim expires).
+    @Test(.timeLimit(.minutes(2))) func sigkillWithDeliveriesWaitingLosesNothing() async throws {
+        try await Self.flush(database: 3)
+        let mock = try MockVoyado(apiKey: "vk")
+        for _ in 0..<100_000 { mock.enqueue(.init(status: 503)) }
+        let policy = try Self.policy(mock)
+        let (first, listen) = try Self.start(policy, database: 3)
+        defer { CommandLineTests.stop(first, signal: SIGKILL) }
+        let tokens = try await Self.register(500, at: listen)
+        try await Task.sleep(for: .milliseconds(800))  // the worker has read (claimed) and failed some
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        mock.reset()  // the provider is back, and what it saw before is forgotten
+        let (second, _) = try Self.start(policy, database: 3)
+        defer { CommandLineTests.stop(second, signal: SIGTERM) }
+        let deadline = Date().addingTimeInterval(60)
+        while Self.delivered(tokens, mock: mock).0 < tokens.count, Date() < deadline { try await Task.sleep(for: .milliseconds(200)) }
+        let (count, duplicates) = Self.delivered(tokens, mock: mock)
+        print("outbox SIGKILL: \(count) of \(tokens.count) delivered after the restart, \(duplicates) duplicate calls")
+        #expect(count == tokens.count)
+        await mock.stop()
+    }
+
+    /// Two replicas on one Redis; the one holding claimed entries is SIGKILLed; the other
+    /// delivers them after `claim_after`.
+    @Test(.timeLimit(.minutes(2))) func aSurvivingReplicaTakesOverAfterClaimAfter() async throws {
+        try await Self.flush(database: 4)
+        let mock = try MockVoyado(apiKey: "vk")
+        for _ in 0..<100_000 { mock.enqueue(.init(status: 503)) }
+        let policy = try Self.policy(mock)
+        let (doomed, listen) = try Self.start(policy, database: 4)
+        defer { CommandLineTests.stop(doomed, signal: SIGKILL) }
+        let tokens = try await Self.register(200, at: listen)
+        try await Task.sleep(for: .milliseconds(800))
+        let (survivor, _) = try Self.start(policy, database: 4)
+        defer { CommandLineTests.stop(survivor, signal: SIGTERM) }
+        try await Task.sleep(for: .milliseconds(300))
+        kill(doomed.processIdentifier, SIGKILL)
+        doomed.waitUntilExit()
+        let killedAt = Date()
+        mock.reset()
+        let deadline = Date().addingTimeInterval(60)
+        while Self.delivered(tokens, mock: mock).0 < tokens.count, Date() < deadline { try await Task.sleep(for: .milliseconds(200)) }
+        let (count, duplicates) = Self.delivered(tokens, mock: mock)
+        print("outbox takeover: \(count) of \(tokens.count) delivered \(String(format: "%.1f", Date().timeIntervalSince(killedAt))) s after the kill, \(duplicates) duplicate calls")
+        #expect(count == tokens.count)
+        await mock.stop()
+    }
+}
+
+/// A client of the shared test Redis on another database.
+enum RedisClientFactory {
+    static func make(database: Int) -> RedisClient {
+        RedisClient(configuration: RedisServer.shared.configuration(database: database))
+    }
+}
