@@ -45,10 +45,10 @@ let handler: ClientAPIHandler = {
     let logger = Logger(label: "fuzz", level: .error, sink: .standardError)
     let metrics = Metrics()
     let store = MemoryStore()
+    let registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
+                              identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
     return ClientAPIHandler(apps: ["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])],
-                            deduper: Deduper(store: store, metrics: metrics, logger: logger),
-                            identities: IdentityStore(store: store, logger: logger), rateLimiter: RateLimiter(),
-                            metrics: metrics, logger: logger)
+                            registrar: registrar, rateLimiter: RateLimiter(), metrics: metrics, logger: logger)
 }()
 
 let routes = ["/v1/apps/demo/installations", "/v1/apps/demo/installations/unregister", "/v1/apps/demo/events"].map { Array($0.utf8) }
