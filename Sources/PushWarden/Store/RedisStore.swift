@@ -127,11 +127,17 @@ public final class RedisStore: DedupeStore {
             return (try await send(first), try await send(second))
         }
         let (a, b) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>) in
+            // Both completions run on this loop. On one connection they come in order, but on a
+            // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
             var firstResult: Result<RedisReply, RedisError>?
-            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { firstResult = $0 }
-            // Completions come in order, on this loop: the first is in by the time the second is.
+            var secondResult: Result<RedisReply, RedisError>?
+            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
+                firstResult = result
+                if let secondResult { continuation.resume(returning: (result, secondResult)) }
+            }
             client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
-                continuation.resume(returning: (firstResult ?? .failure(RedisError(kind: .protocolError, detail: "replies out of order")), result))
+                secondResult = result
+                if let firstResult { continuation.resume(returning: (firstResult, result)) }
             }
         }
         return (try Self.reply(a), try Self.reply(b))
