@@ -137,7 +137,8 @@ public final class Sidecar: Sendable {
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"))
-        let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(), metrics: metrics,
+        let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
+                                       metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         let threads = loopCount
         do {

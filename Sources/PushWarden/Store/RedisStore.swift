@@ -101,6 +101,27 @@ public final class RedisStore: DedupeStore {
         }
     }
 
+    /// ``evaluate(_:keys:arguments:)`` on `loop`'s own connection, without a task: `completion`
+    /// is called on the loop's thread with the script's reply, or why there is none (an error
+    /// reply included). Call on `loop`.
+    func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop,
+                  completion: @escaping (Result<RedisReply, StoreError>) -> Void) {
+        let tail = [Array(String(keys.count).utf8)] + keys.map { Array($0.utf8) } + arguments.map { Array($0.utf8) }
+        client.send(bytes: [Self.evalshaCommand, Array(script.sha1.utf8)] + tail, on: loop) { [client] result in
+            let first = Result { () throws(StoreError) in try Self.reply(result) }
+            guard case .failure(let error) = first, error.kind == .missingScript else {
+                completion(first)
+                return
+            }
+            client.send(bytes: [Self.evalCommand, Array(script.source.utf8)] + tail, on: loop) { result in
+                completion(Result { () throws(StoreError) in try Self.reply(result) })
+            }
+        }
+    }
+
+    private static let evalshaCommand = Array("EVALSHA".utf8)
+    private static let evalCommand = Array("EVAL".utf8)
+
     /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
     /// through the client's pipelined pool.
     private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
