@@ -196,7 +196,8 @@ public final class RedisCluster: Sendable {
         guard status == 0 else { throw RedisServer.StartError(description: "reshard failed:\n\(output)") }
     }
 
-    /// Waits until every live node says `cluster_state:ok` and `redis-cli --cluster check` finds
+    /// Waits until every live node says `cluster_state:ok`, every replica's link to its master is
+    /// up (a replica that never synced cannot take over), and `redis-cli --cluster check` finds
     /// every slot covered and every node agreeing on the configuration.
     public func waitUntilHealthy(seconds: Double) throws {
         let deadline = Date().addingTimeInterval(seconds)
@@ -204,7 +205,11 @@ public final class RedisCluster: Sendable {
         while Date() < deadline {
             let live = livePorts
             let states = live.map { cli(["-p", String($0), "CLUSTER", "INFO"]).output }
-            if states.allSatisfy({ $0.contains("cluster_state:ok") }), let first = live.first {
+            let replication = live.map { cli(["-p", String($0), "INFO", "replication"]).output }
+            let synced = replication.allSatisfy { !$0.contains("role:slave") || $0.contains("master_link_status:up") }
+            if !synced {
+                why = replication.joined(separator: "\n")
+            } else if states.allSatisfy({ $0.contains("cluster_state:ok") }), let first = live.first {
                 let (status, output) = cli(["--cluster", "check", "127.0.0.1:\(first)"])
                 if status == 0, !output.contains("[ERR]"), !output.contains("[WARNING]") { return }
                 why = output
