@@ -79,6 +79,17 @@ public final class RedisCluster: Sendable {
             try? FileManager.default.removeItem(at: directory)
             return RedisServer.StartError(description: message)
         }
+        // The nodes' configuration files outlive a node's restart, so they are not in its own
+        // directory: a watchdog of their own removes them when the test process is gone.
+        let sweeper = Process()
+        sweeper.executableURL = URL(fileURLWithPath: "/bin/sh")
+        sweeper.arguments = ["-c", "while kill -0 \"$1\" 2>/dev/null; do sleep 0.5; done; rm -rf \"$2\"",
+                             "redis-cluster-sweeper", String(getpid()), directory.path]
+        // Not the test process's output: whoever waits for its end would wait for the sweeper too.
+        sweeper.standardInput = FileHandle.nullDevice
+        sweeper.standardOutput = FileHandle.nullDevice
+        sweeper.standardError = FileHandle.nullDevice
+        try? sweeper.run()
         var attempts = 0
         while ports.count < 6 {
             attempts += 1
