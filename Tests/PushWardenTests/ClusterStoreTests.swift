@@ -253,3 +253,27 @@ func steadyRegistrations(_ tokens: [String], through sidecars: [Harness], perSec
         return result
     }
 }
+
+/// Rate limits where Redis is away, and with the memory store.
+@Suite struct RateLimitStoreTests {
+    @Test func anUnansweringRedisAdmitsCountsAndLogs() async throws {
+        let h = try await Harness(store: .unreachableRedis, clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 1/min}")
+        let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+        for _ in 0..<3 { #expect(try await h.post("/installations/unregister", body).status == 202) }
+        let metrics = try await h.admin("/metrics")
+        #expect(metrics.text.contains("pushwarden_rate_limit_fallback_total{app=\"\(h.app)\"} 3"))
+        #expect(h.logs.text.components(separatedBy: "rate limit store unavailable; request admitted").count - 1 == 1)
+        await h.stop()
+    }
+
+    @Test func theMemoryStoreLimitsPerProcessWithItsWindow() async throws {
+        let h = try await Harness(store: .memory, clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 2/min}")
+        let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+        #expect(try await h.post("/installations/unregister", body).status == 202)
+        #expect(try await h.post("/installations/unregister", body).status == 202)
+        let limited = try await h.post("/installations/unregister", body)
+        #expect(limited.status == 429)
+        #expect((59...60).contains(Int(limited.headers["Retry-After"] ?? "") ?? 0))
+        await h.stop()
+    }
+}
