@@ -240,17 +240,23 @@ public final class RedisCluster: Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.standardInput = FileHandle.nullDevice
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
+        // A file, not a pipe: FileHandle's read-to-end traps on EINTR.
+        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pushwarden-cli-\(UUID().uuidString)").path
+        guard FileManager.default.createFile(atPath: outputPath, contents: nil),
+              let output = FileHandle(forWritingAtPath: outputPath) else { return (127, "cannot create \(outputPath)") }
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        process.standardOutput = output
+        process.standardError = output
         do {
             try process.run()
         } catch {
+            try? output.close()
             return (127, "cannot run redis-cli: \(error)")
         }
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try? output.close()
+        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        return (process.terminationStatus, text)
     }
 }
 

@@ -62,7 +62,7 @@ final class ClusterTopology: Sendable {
     private struct Control {
         var wanted = false
         var closed = false
-        var sleeping = false
+        /// Why the last refresh failed, for a debugger; empty after a success.
         var lastFailure = "slot map not read yet"
     }
 
@@ -106,9 +106,6 @@ final class ClusterTopology: Sendable {
 
     /// The current map and its version.
     var map: (ClusterMap, UInt64) { current.withLock { ($0, mapVersion.load(ordering: .relaxed)) } }
-
-    /// Why the last refresh failed, for error messages.
-    var lastFailure: String { control.withLock { $0.lastFailure } }
 
     /// Asks for the map to be read again soon. Cheap; from any thread.
     func requestRefresh() {

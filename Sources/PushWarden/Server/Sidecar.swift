@@ -10,7 +10,7 @@ import SessionAuth
 public struct ServeConfiguration: Sendable {
     public var listen: HostPort
     public var admin: HostPort
-    /// `redis://...`; nil runs on the embedded in-memory store.
+    /// `redis://...` or `redis+cluster://seed,seed...`; nil runs on the embedded in-memory store.
     public var redisURL: String?
     public var logLevel: Logger.Level
     /// Event loops (threads) of the client listener (0: one per core).
