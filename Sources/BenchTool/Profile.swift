@@ -49,7 +49,7 @@ func runProfile() throws {
         material.append(contentsOf: "voyado".utf8)
         material.append(0)
         material.append(contentsOf: installation.pushToken.utf8)
-        let dedupe = "pw:v1:reg:" + SHA256.hexHash(material)
+        let dedupe = "pw:v2:{" + SHA256.hexHash(material) + "}:reg"
         let m = installation.metadata
         let parts: [String?] = [
             installation.platform.rawValue, installation.pushService.rawValue, installation.pushToken,

@@ -57,8 +57,9 @@ public final class RedisServer: Sendable {
     /// - Parameters:
     ///   - port: a fixed port (to restart a stopped server in place); `nil` picks a free one.
     ///   - password: passed as `--requirepass`.
+    ///   - arguments: more `redis-server` options (a cluster node's `--cluster-enabled yes ...`).
     /// - Throws: `StartError` with redis's log when redis-server is missing or does not come up.
-    public static func start(port: Int? = nil, password: String? = nil) throws -> RedisServer {
+    public static func start(port: Int? = nil, password: String? = nil, arguments extra: [String] = []) throws -> RedisServer {
         guard let executable = findExecutable("redis-server") else {
             throw StartError(description: "redis-server not found in PATH: run make test, which installs it")
         }
@@ -66,7 +67,7 @@ public final class RedisServer: Sendable {
         for _ in 0..<(port == nil ? 3 : 1) {
             let chosen = try port ?? freeLoopbackPort()
             do {
-                return try launch(executable: executable, port: chosen, password: password)
+                return try launch(executable: executable, port: chosen, password: password, extra: extra)
             } catch {
                 lastError = error
             }
@@ -74,7 +75,7 @@ public final class RedisServer: Sendable {
         throw lastError
     }
 
-    private static func launch(executable: String, port: Int, password: String?) throws(StartError) -> RedisServer {
+    private static func launch(executable: String, port: Int, password: String?, extra: [String]) throws(StartError) -> RedisServer {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("pushwarden-redis-\(UUID().uuidString)", isDirectory: true)
         do {
@@ -90,6 +91,7 @@ public final class RedisServer: Sendable {
             "--protected-mode", "yes", "--dir", directory.path,
         ]
         if let password { arguments += ["--requirepass", password] }
+        arguments += extra
 
         // $1: pid to watch, $2: pid file, the rest: the redis command line. Processes spawned from
         // the test process inherit a signal mask that blocks SIGTERM, so redis is stopped with
@@ -172,7 +174,7 @@ public final class RedisServer: Sendable {
 
     // MARK: - Helpers
 
-    private static func findExecutable(_ name: String) -> String? {
+    static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         let directories = path.split(separator: ":").map(String.init) + ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
         return directories.map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }

@@ -1,4 +1,5 @@
 import Loops
+import PWCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,16 +16,22 @@ final class LoopClientState: Sendable {
     let configuration: RedisConfiguration
     /// Where the loops connect, resolved off the loops.
     let resolver: HostResolver
+    /// The slot map, for a cluster client; nil for a single Redis.
+    let topology: ClusterTopology?
     private let closed = Atomic<Bool>(false)
 
     init(configuration: RedisConfiguration, lookUp: @escaping HostResolver.LookUp = HostResolver.resolve) {
         self.configuration = configuration
         resolver = HostResolver(host: configuration.host, lookUp: lookUp)
+        topology = configuration.isCluster ? ClusterTopology(configuration: configuration) : nil
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
-    func close() { closed.store(true, ordering: .relaxed) }
+    func close() {
+        closed.store(true, ordering: .relaxed)
+        topology?.close()
+    }
 }
 
 extension RedisClient {
@@ -62,6 +69,15 @@ extension RedisClient {
         }
         guard !arguments.isEmpty else {
             completion(.failure(RedisError(kind: .protocolError, detail: "empty command")))
+            return
+        }
+        if let topology = state.topology {
+            let router = loop.attachment(for: ObjectIdentifier(state)) { () -> ClusterRouter in
+                let made = ClusterRouter(loop: loop, state: state, topology: topology)
+                loop.add(made)
+                return made
+            }
+            router.send(arguments, completion: completion)
             return
         }
         let connection = loop.attachment(for: ObjectIdentifier(state)) { () -> LoopConnection in
@@ -116,7 +132,10 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
 
     /// The loop owns this connection and outlives it.
     private unowned let loop: EventLoop
+    /// Retained so the client's attachment key stays unique while this lives.
     private let state: LoopClientState
+    private let configuration: RedisConfiguration
+    private let resolver: HostResolver
     private let target: String
     private let connectTimeout: UInt64
     private let commandTimeout: UInt64
@@ -146,11 +165,18 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     private var failuresInRound = 0
     private var lastFailure = ""
 
-    init(loop: EventLoop, state: LoopClientState) {
+    /// A connection to the client's own Redis (not a cluster).
+    convenience init(loop: EventLoop, state: LoopClientState) {
+        self.init(loop: loop, state: state, configuration: state.configuration, resolver: state.resolver)
+    }
+
+    /// A connection to one node of a cluster: `configuration` aimed at it, `resolver` for its host.
+    init(loop: EventLoop, state: LoopClientState, configuration: RedisConfiguration, resolver: HostResolver) {
         self.loop = loop
         self.state = state
-        let configuration = state.configuration
-        target = "\(configuration.host):\(configuration.port)"
+        self.configuration = configuration
+        self.resolver = resolver
+        target = Authority.format(host: configuration.host, port: configuration.port)
         connectTimeout = Self.nanos(millis: configuration.connectTimeoutMillis)
         commandTimeout = Self.nanos(millis: configuration.commandTimeoutMillis)
         backoff = Self.nanos(millis: configuration.reconnectBackoffMillis)
@@ -189,18 +215,18 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
 
     private func open() {
         let now = EventLoop.now()
-        let addresses = state.resolver.addresses
+        let addresses = resolver.addresses
         guard !addresses.isEmpty else {
             // Not yet resolved: fail this turn's commands, with no backoff, so the first ones
             // after the answer arrives connect.
-            state.resolver.refresh()
-            deferredFailure = RedisError(kind: .unavailable, detail: state.resolver.whyUnresolved)
+            resolver.refresh()
+            deferredFailure = RedisError(kind: .unavailable, detail: resolver.whyUnresolved)
             return
         }
         var attempt: Result<NonBlockingHiredisContext, RedisError>
         repeat {
             // A connect refused at once moves on to the next address at once.
-            attempt = NonBlockingHiredisContext.connect(host: addresses[addressIndex % addresses.count], port: state.configuration.port)
+            attempt = NonBlockingHiredisContext.connect(host: addresses[addressIndex % addresses.count], port: configuration.port)
         } while attempt.isFailure && connectFailed(among: addresses.count)
         switch attempt {
         case .failure(let error):
@@ -209,7 +235,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         case .success(let connection):
             context = connection
             connectDeadline = now + connectTimeout
-            for step in Hiredis.setupSteps(state.configuration) {
+            for step in Hiredis.setupSteps(configuration) {
                 guard connection.append(step.argv) else {
                     deferredFailure = RedisError(kind: .unavailable, detail: "\(step.name) on \(target): cannot buffer command")
                     break
@@ -228,13 +254,13 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         if let error = deferredFailure {
             reset(failing: error, backOff: false, now: now)
         } else if let deadline = connectDeadline, now >= deadline {
-            let another = connectFailed(among: state.resolver.addresses.count)
+            let another = connectFailed(among: resolver.addresses.count)
             reset(failing: RedisError(kind: .unavailable,
-                                      detail: "connect \(target): no connection within \(state.configuration.connectTimeoutMillis) ms"),
+                                      detail: "connect \(target): no connection within \(configuration.connectTimeoutMillis) ms"),
                   backOff: !another, now: now)
         } else if head < pending.count, pending[head].sentAt != 0, now - pending[head].sentAt >= commandTimeout {
             reset(failing: RedisError(kind: .timeout,
-                                      detail: "\(target): no reply within \(state.configuration.commandTimeoutMillis) ms"),
+                                      detail: "\(target): no reply within \(configuration.commandTimeoutMillis) ms"),
                   backOff: true, now: now)
         }
         // Also after a reset: its completions may have sent again.
@@ -259,7 +285,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
             // A failed connect reports the socket writable (and a hang-up both).
             guard writable else { return }
             if let error = connection.connectOutcome() {
-                let another = connectFailed(among: state.resolver.addresses.count)
+                let another = connectFailed(among: resolver.addresses.count)
                 reset(failing: RedisError(kind: .unavailable, detail: "connect \(target) (\(connection.address)): \(error.detail)"),
                       backOff: !another, now: EventLoop.now())
                 return
@@ -370,7 +396,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         downUntil = now + backoff
         lastFailure = error.detail
         // The host may have moved (a failover, a rescheduled container): look it up again.
-        state.resolver.refresh()
+        resolver.refresh()
     }
 }
 

@@ -1,3 +1,4 @@
+import Loops
 import Synchronization
 
 /// A pipelining Redis client for hot paths.
@@ -14,11 +15,22 @@ import Synchronization
 /// pool's I/O threads by `getaddrinfo`, which the connect timeout does not bound. Loop connections
 /// never resolve on their loop: see ``HostResolver``.
 ///
+/// With a cluster configuration (`redis+cluster://`) the same calls go to a Redis Cluster: each
+/// command to the master of its key's slot (see ``ClusterSlot`` for how a command names its key,
+/// ``ClusterRouter`` for `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN`, ``ClusterTopology`` for the
+/// slot map). The loop path keeps one connection per master per loop; the async path runs on a few
+/// private event loops of the client's own (`connections` of them) instead of the blocking pool.
+///
 /// Thread-safety: all methods may be called concurrently from any thread or task. Task
 /// cancellation does not abandon a command already queued; it completes within the timeouts.
 public final class RedisClient: Sendable {
     private let connections: [PipelinedConnection]
     private let nextConnection = Atomic<UInt>(0)
+    /// A cluster client's own loops, for `send` off the caller's loops; empty for a single Redis.
+    private let clusterLoops: [EventLoop]
+    /// Held while a job is handed to a cluster loop, so `close` cannot stop the loops between the
+    /// check and the hand-over (a job posted to a stopping loop is dropped, its caller never resumed).
+    private let clusterOpen = Mutex(true)
     /// Shared with the loop-local connections (``send(bytes:on:completion:)``).
     let loopState: LoopClientState
 
@@ -32,8 +44,23 @@ public final class RedisClient: Sendable {
     init(configuration: RedisConfiguration, lookUp: @escaping HostResolver.LookUp) {
         loopState = LoopClientState(configuration: configuration, lookUp: lookUp)
         let count = max(1, configuration.connections)
-        connections = (0..<count).map { _ in PipelinedConnection(configuration: configuration) }
-        for connection in connections { connection.start() }
+        if let topology = loopState.topology {
+            connections = []
+            clusterLoops = (0..<count).map { index in
+                do {
+                    let loop = try EventLoop(name: "pw-redis-c\(index)")
+                    try loop.start()
+                    return loop
+                } catch {
+                    preconditionFailure("cannot start a Redis Cluster loop: \(error)")
+                }
+            }
+            topology.start()
+        } else {
+            clusterLoops = []
+            connections = (0..<count).map { _ in PipelinedConnection(configuration: configuration) }
+            for connection in connections { connection.start() }
+        }
     }
 
     deinit {
@@ -54,6 +81,7 @@ public final class RedisClient: Sendable {
         guard !arguments.isEmpty else {
             throw RedisError(kind: .protocolError, detail: "empty command")
         }
+        if !clusterLoops.isEmpty { return try await sendOnClusterLoop(arguments) }
         let connections = self.connections
         let start = nextConnection.wrappingAdd(1, ordering: .relaxed).oldValue
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
@@ -69,7 +97,22 @@ public final class RedisClient: Sendable {
         return try result.get()
     }
 
-    /// `true` when Redis answered PING with PONG.
+    private func sendOnClusterLoop(_ arguments: [[UInt8]]) async throws(RedisError) -> RedisReply {
+        let loop = clusterLoops[Int(nextConnection.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(clusterLoops.count))]
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
+            let posted = clusterOpen.withLock { open -> Bool in
+                guard open else { return false }
+                loop.execute { [self] in
+                    send(bytes: arguments, on: loop) { continuation.resume(returning: $0) }
+                }
+                return true
+            }
+            if !posted { continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "client closed"))) }
+        }
+        return try result.get()
+    }
+
+    /// `true` when Redis answered PING with PONG (for a cluster: one of its masters did).
     public func ping() async -> Bool {
         (try? await send(["PING"])) == .status("PONG")
     }
@@ -81,5 +124,7 @@ public final class RedisClient: Sendable {
     public func close() {
         loopState.close()
         for connection in connections { connection.close() }
+        clusterOpen.withLock { $0 = false }
+        for loop in clusterLoops { loop.stop() }
     }
 }

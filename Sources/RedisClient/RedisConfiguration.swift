@@ -1,4 +1,17 @@
 import PWCore
+/// One Redis node's address: a host name or IP literal (IPv6 without brackets) and a port.
+public struct RedisEndpoint: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    public var description: String { Authority.format(host: host, port: port) }
+}
+
 /// Where Redis is and how patient to be with it.
 ///
 /// The defaults suit the dedupe path: Redis is an optimisation there, so a slow or absent Redis
@@ -6,6 +19,12 @@ import PWCore
 public struct RedisConfiguration: Sendable, Equatable {
     public var host: String
     public var port: Int
+    /// Seed nodes of a Redis Cluster (`redis+cluster://`); empty for a single Redis. With seeds,
+    /// `host` and `port` are the first seed's, and `database` is 0 (a cluster has no other).
+    public var clusterSeeds: [RedisEndpoint] = []
+    /// How often a cluster client reads the slot map again even when nothing told it to (a
+    /// `MOVED`, a failed node, `CLUSTERDOWN` ask for it at once).
+    public var clusterRefreshMillis: Int = 5_000
     /// ACL user for `AUTH user password` (Redis 6+); `nil` sends `AUTH password`.
     public var username: String?
     public var password: String?
@@ -41,21 +60,28 @@ public struct RedisConfiguration: Sendable, Equatable {
         self.reconnectBackoffMillis = reconnectBackoffMillis
     }
 
-    /// Parses `redis://[[user]:password@]host[:port][/db]`.
+    /// A cluster client is configured when it has seeds.
+    public var isCluster: Bool { !clusterSeeds.isEmpty }
+
+    /// Parses `redis://[[user]:password@]host[:port][/db]` or, for a Redis Cluster,
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]...]` (seed nodes; any one
+    /// that answers gives the slot map).
     ///
     /// User and password may be percent-encoded. IPv6 hosts go in brackets (`redis://[::1]:6379`).
     /// Other schemes (`rediss`, `unix`), query strings and fragments are refused rather than ignored,
-    /// so a URL never silently means less than it says.
+    /// so a URL never silently means less than it says; so is a database other than 0 on a cluster.
     /// - Throws: `RedisError` of kind `.protocolError` naming what is wrong; the password is never
     ///   echoed in the message.
     public init(url: String) throws(RedisError) {
         func invalid(_ why: String) -> RedisError {
             RedisError(kind: .protocolError, detail: "invalid Redis URL: \(why)")
         }
-        let prefix = "redis://"
-        guard url.lowercased().hasPrefix(prefix) else {
+        let lowered = url.lowercased()
+        let cluster = lowered.hasPrefix("redis+cluster://")
+        let prefix = cluster ? "redis+cluster://" : "redis://"
+        guard lowered.hasPrefix(prefix) else {
             if let colon = url.firstIndex(of: ":") {
-                throw invalid("unsupported scheme '\(url[..<colon])', expected redis://")
+                throw invalid("unsupported scheme '\(url[..<colon])', expected redis:// or redis+cluster://")
             }
             throw invalid("expected redis://host[:port][/db]")
         }
@@ -88,18 +114,42 @@ public struct RedisConfiguration: Sendable, Equatable {
             password = pass.isEmpty ? nil : pass
         }
 
-        let authority: Authority
-        switch Authority.parse(rest) {
-        case .success(let parsed): authority = parsed
-        case .failure(.unclosedBracket): throw invalid("unterminated IPv6 address")
-        case .failure(.textAfterBracket): throw invalid("unexpected text after IPv6 address")
-        case .failure(.emptyHost): throw invalid("missing host")
-        case .failure(.colonInHost): throw invalid("an IPv6 host must be written in brackets")
-        case .failure(.badPort): throw invalid("port must be 1-65535")
+        func endpoint(_ text: Substring) throws(RedisError) -> RedisEndpoint {
+            let authority: Authority
+            switch Authority.parse(text) {
+            case .success(let parsed): authority = parsed
+            case .failure(.unclosedBracket): throw invalid("unterminated IPv6 address")
+            case .failure(.textAfterBracket): throw invalid("unexpected text after IPv6 address")
+            case .failure(.emptyHost): throw invalid("missing host")
+            case .failure(.colonInHost): throw invalid("an IPv6 host must be written in brackets")
+            case .failure(.badPort): throw invalid("port must be 1-65535")
+            }
+            guard !authority.host.contains(where: { $0 == " " || $0 == "@" || $0 == "/" || $0 == "," }) else { throw invalid("bad host") }
+            guard authority.port != 0 else { throw invalid("port must be 1-65535") }
+            return RedisEndpoint(host: String(authority.host), port: authority.port ?? 6379)
         }
-        guard !authority.host.contains(where: { $0 == " " || $0 == "@" || $0 == "/" }) else { throw invalid("bad host") }
-        guard authority.port != 0 else { throw invalid("port must be 1-65535") }
-        self.init(host: String(authority.host), port: authority.port ?? 6379, username: username, password: password, database: database)
+        guard cluster else {
+            let single = try endpoint(rest)
+            self.init(host: single.host, port: single.port, username: username, password: password, database: database)
+            return
+        }
+        guard database == 0 else { throw invalid("a Redis Cluster has database 0 only") }
+        var seeds: [RedisEndpoint] = []
+        for part in rest.split(separator: ",", omittingEmptySubsequences: false) {
+            let seed = try endpoint(part)
+            if !seeds.contains(seed) { seeds.append(seed) }
+        }
+        self.init(host: seeds[0].host, port: seeds[0].port, username: username, password: password)
+        clusterSeeds = seeds
+    }
+
+    /// This configuration aimed at one node (a cluster node the slot map names).
+    func aimed(at node: RedisEndpoint) -> RedisConfiguration {
+        var copy = self
+        copy.host = node.host
+        copy.port = node.port
+        copy.database = 0
+        return copy
     }
 
     private static func percentDecoded(_ text: Substring, invalid: @autoclosure () -> RedisError) throws(RedisError) -> String {

@@ -45,6 +45,7 @@ public final class Metrics: Sendable {
         var jwksSince: [String: ContinuousClock.Instant] = [:]  // app: when its keys in force came
         var policyReloads: [[String]: UInt64] = [:]       // result
         var policySHA256: String?
+        var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
     }
 
     private let state = Mutex(State())
@@ -61,6 +62,11 @@ public final class Metrics: Sendable {
 
     public func dedupeDegraded(app: String) {
         state.withLock { $0.dedupeDegraded[[app], default: 0] += 1 }
+    }
+
+    /// A request admitted without its rate-limit check because the store did not answer.
+    public func rateLimitFallback(app: String) {
+        state.withLock { $0.rateLimitFallbacks[[app], default: 0] += 1 }
     }
 
     public func authFailure(app: String) {
@@ -150,6 +156,8 @@ public final class Metrics: Sendable {
                ["app"], snapshot.dedupeDegraded)
         family("pushwarden_auth_failures_total", "Requests refused as unauthorized.", "counter",
                ["app"], snapshot.authFailures)
+        family("pushwarden_rate_limit_fallback_total", "Requests admitted unchecked because the rate-limit store did not answer.",
+               "counter", ["app"], snapshot.rateLimitFallbacks)
         family("pushwarden_upstream_calls_total", "Upstream call attempts by upstream, operation and outcome.", "counter",
                ["upstream", "operation", "outcome"], snapshot.upstreamCalls)
         if !snapshot.outboxDepth.isEmpty {

@@ -12,8 +12,8 @@ import Synchronization
 ///
 /// 1. `decide` (on the connection's loop, before the body is read): route, app, method and media
 ///    type, and the app's body cap.
-/// 2. `start` (on the same loop, the body read): authenticate the session, apply the
-///    per-contact rate limit and validate the body against the contract; then hand the accepted
+/// 2. `start` (on the same loop, the body read): authenticate the session, validate the body
+///    against the contract and apply the per-contact rate limit; then hand the accepted
 ///    request to the `Registrar` (the registration operations beneath this layer) and answer
 ///    with its outcomes. A registration every upstream already has is answered on the loop.
 ///
@@ -91,6 +91,19 @@ public final class ClientAPIHandler: HTTPHandler {
         case .success(let value):
             accepted = value
         }
+        // With Redis the check is a script on this loop's connection: no task, no thread hop.
+        rateLimiter.admit(app: accepted.app.policy, route: accepted.routeLabel, contactID: accepted.session.contactID,
+                          on: loop) { [self] refusal in
+            if let refusal {
+                responder.respond(answer(.failure(refusal), accepted))
+                return
+            }
+            proceed(accepted, on: loop, responder: responder)
+        }
+    }
+
+    /// An admitted request, by route.
+    private func proceed(_ accepted: Accepted, on loop: EventLoop, responder: HTTPResponder) {
         switch accepted.body {
         case .register(let installation):
             register(installation, accepted, on: loop, responder: responder)
@@ -141,7 +154,7 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    /// A request that passed routing, authentication, the rate limit and body validation.
+    /// A request that passed routing, authentication and body validation (the rate limit comes next).
     /// A class: the request's closures and tasks share it instead of each copying its fields.
     final class Accepted: Sendable {
         enum Body: Sendable {
@@ -187,7 +200,6 @@ public final class ClientAPIHandler: HTTPHandler {
         let (app, route) = (resolved.app, resolved.route)
         do throws(ContractError) {
             let session = try authenticate(request.head.headers, app: app, requestID: requestID)
-            try rateLimiter.admit(app: app.policy, route: route.rawValue, contactID: session.contactID)
             let client = app.policy.client
             let body: Accepted.Body
             switch route {

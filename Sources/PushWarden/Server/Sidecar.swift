@@ -11,7 +11,7 @@ import Synchronization
 public struct ServeConfiguration: Sendable {
     public var listen: HostPort
     public var admin: HostPort
-    /// `redis://...`; nil runs on the embedded in-memory store.
+    /// `redis://...` or `redis+cluster://seed,seed...`; nil runs on the embedded in-memory store.
     public var redisURL: String?
     public var logLevel: Logger.Level
     /// Event loops (threads) of the client listener (0: one per core).
@@ -191,7 +191,8 @@ public final class Sidecar: Sendable {
         let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values)) }
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
                                   outbox: outbox)
-        let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(), metrics: metrics,
+        let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
+                                       metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
         let sharedMetrics = parts.builder.metrics

@@ -102,6 +102,27 @@ public final class RedisStore: DedupeStore {
         }
     }
 
+    /// ``evaluate(_:keys:arguments:)`` on `loop`'s own connection, without a task: `completion`
+    /// is called on the loop's thread with the script's reply, or why there is none (an error
+    /// reply included). Call on `loop`.
+    func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop,
+                  completion: @escaping (Result<RedisReply, StoreError>) -> Void) {
+        let tail = [Array(String(keys.count).utf8)] + keys.map { Array($0.utf8) } + arguments.map { Array($0.utf8) }
+        client.send(bytes: [Self.evalshaCommand, Array(script.sha1.utf8)] + tail, on: loop) { [client] result in
+            let first = Result { () throws(StoreError) in try Self.reply(result) }
+            guard case .failure(let error) = first, error.kind == .missingScript else {
+                completion(first)
+                return
+            }
+            client.send(bytes: [Self.evalCommand, Array(script.source.utf8)] + tail, on: loop) { result in
+                completion(Result { () throws(StoreError) in try Self.reply(result) })
+            }
+        }
+    }
+
+    private static let evalshaCommand = Array("EVALSHA".utf8)
+    private static let evalCommand = Array("EVAL".utf8)
+
     /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
     /// through the client's pipelined pool.
     private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
@@ -128,11 +149,17 @@ public final class RedisStore: DedupeStore {
             return (try await send(first), try await send(second))
         }
         let (a, b) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>) in
+            // Both completions run on this loop. On one connection they come in order, but on a
+            // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
             var firstResult: Result<RedisReply, RedisError>?
-            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { firstResult = $0 }
-            // Completions come in order, on this loop: the first is in by the time the second is.
+            var secondResult: Result<RedisReply, RedisError>?
+            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
+                firstResult = result
+                if let secondResult { continuation.resume(returning: (result, secondResult)) }
+            }
             client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
-                continuation.resume(returning: (firstResult ?? .failure(RedisError(kind: .protocolError, detail: "replies out of order")), result))
+                secondResult = result
+                if let firstResult { continuation.resume(returning: (firstResult, result)) }
             }
         }
         return (try Self.reply(a), try Self.reply(b))

@@ -1,0 +1,279 @@
+import Foundation
+import PWCore
+@testable import PushWarden
+import PushWardenTestSupport
+@testable import RedisClient
+import Synchronization
+import Testing
+
+/// Where the sidecars of a test keep their state.
+enum SharedRedis: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case single, cluster
+
+    var testDescription: String { rawValue }
+
+    /// Runs `body` with the URL (the cluster's one test at a time, see `RedisCluster.use`).
+    func with(_ body: (String) async throws -> Void) async throws {
+        switch self {
+        case .single: try await body(RedisServer.shared.url)
+        case .cluster: try await RedisCluster.use { cluster in try await body(cluster.url) }
+        }
+    }
+}
+
+/// Sidecars that share one Redis: each with its own client, as separate processes would be.
+/// Stops every sidecar and closes every client, also when `body` throws.
+func withSidecars(_ count: Int, url: String, mock: MockVoyado, clientYAML: String? = nil,
+                  _ body: ([Harness]) async throws -> Void) async throws {
+    var clients: [RedisClient] = []
+    var harnesses: [Harness] = []
+    func tearDown() async {
+        for h in harnesses { await h.base.stop() }
+        for client in clients { client.close() }
+    }
+    do {
+        for _ in 0..<count {
+            let client = RedisClient(configuration: try RedisConfiguration(url: url))
+            clients.append(client)
+            harnesses.append(try await Harness(clientYAML: clientYAML, mock: mock, sharedStore: RedisStore(client: client),
+                                               sameAppAs: harnesses.first))
+        }
+        try await body(harnesses)
+    } catch {
+        await tearDown()
+        await mock.stop()
+        throw error
+    }
+    await tearDown()
+    await mock.stop()
+}
+
+private func registration(_ token: String) -> String { #"{"platform":"android","push_token":"\#(token)"}"# }
+
+/// Every store operation through real sidecars on a real Redis Cluster (three masters, three
+/// replicas), several sidecars sharing one Redis or one cluster, and a cluster that reshards and
+/// fails over under load. One test at a time: they share the one cluster.
+@Suite(.serialized) struct ClusterStoreTests {
+    @Test func everyOperationWorksOnTheClusterAndKeysSpreadOverEveryMaster() async throws {
+        try await RedisCluster.use { cluster in
+            let client = RedisClient(configuration: try RedisConfiguration(url: cluster.url))
+            defer { client.close() }
+            // Voidhash keeps an identity (its device id) for unregister: the identity key is used too.
+            try await withSidecar(try MockVoidhash(publishableKey: VoidhashTests.key), { mock in
+                try await SidecarHarness(upstreams: VoidhashTests.block(mock), secrets: [.env("VH_KEY"): VoidhashTests.key],
+                                         store: RedisStore(client: client))
+            }) { h, mock async throws in
+                let token = Harness.apnsToken()
+                let body = #"{"platform":"ios","push_token":"\#(token)"}"#
+                #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
+                #expect(try await h.post("/installations", body).outcome("vh") == "unchanged")
+                let device = try #require(mock.device(token: token.lowercased()))
+                let keys = RegistrationKeys(app: h.app, upstream: "vh", pushToken: token.lowercased())
+                #expect(try await client.send(["EXISTS", keys.identity]) == .integer(1))
+                #expect(ClusterSlot.of(Array(keys.entry.utf8)) == ClusterSlot.of(Array(keys.identity.utf8)))
+                let gone = try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#)
+                #expect(gone.outcome("vh") == "forwarded")
+                #expect(mock.received(path: "/unregister").first?.bodyText == #"{"pushDeviceTokenId":"\#(device.id)"}"#)
+                #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh") == "skipped")
+                #expect(try await h.post("/installations", body).outcome("vh") == "forwarded")
+                let ready = try await h.admin("/readyz")
+                #expect(ready.json?["store"] == "reachable")
+            }
+
+            // Registration entries of many tokens land on all three masters.
+            try await withSidecars(1, url: cluster.url, mock: try MockVoyado()) { sidecars in
+                let h = sidecars[0]
+                for _ in 0..<30 {
+                    #expect(try await h.post("/installations", registration("fcm-\(UUID().uuidString)")).outcome == "forwarded")
+                }
+                var holders = 0
+                for master in try cluster.masters() {
+                    let direct = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: master.port))
+                    let found = try await direct.send(["KEYS", "pw:v2:{*}:reg"])
+                    direct.close()
+                    if case .array(let names) = found, !names.isEmpty { holders += 1 }
+                }
+                #expect(holders == 3)
+            }
+        }
+    }
+
+    @Test(arguments: SharedRedis.allCases)
+    func threeSidecarsMakeOneUpstreamCallAndShareTheRateLimit(_ redis: SharedRedis) async throws {
+        try await redis.with { url in
+            let mock = try MockVoyado(latencyMillis: 100)
+            try await withSidecars(3, url: url, mock: mock,
+                                   clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 3/min}") { sidecars in
+                let body = registration("fcm-\(UUID().uuidString)")
+                let outcomes = try await withThrowingTaskGroup(of: String?.self) { group in
+                    for i in 0..<50 { group.addTask { try await sidecars[i % 3].post("/installations", body).outcome } }
+                    return try await group.reduce(into: [String?]()) { $0.append($1) }
+                }
+                #expect(outcomes.filter { $0 == "forwarded" }.count == 1)
+                #expect(outcomes.filter { $0 == "unchanged" }.count == 49)
+                #expect(mock.received(path: "/installations").count == 1)
+
+                // 3/min for one contact, whichever sidecar it reaches: a burst of three, then one
+                // every 20 s, and Retry-After says when.
+                let gone = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+                let contact = "carol-\(UUID().uuidString.prefix(6))"
+                var statuses: [Int] = []
+                var retryAfter: [Int] = []
+                for i in 0..<6 {
+                    let reply = try await sidecars[i % 3].post("/installations/unregister", gone, contact: contact)
+                    statuses.append(reply.status)
+                    if reply.status == 429 {
+                        #expect(reply.errorCode == "rate_limited")
+                        retryAfter.append(Int(reply.headers["Retry-After"] ?? "") ?? -1)
+                    }
+                }
+                #expect(statuses == [202, 202, 202, 429, 429, 429])
+                #expect(retryAfter.allSatisfy { (19...20).contains($0) }, "Retry-After \(retryAfter)")
+                #expect(try await sidecars[1].post("/installations/unregister", gone, contact: contact + "-other").status == 202)
+            }
+        }
+    }
+
+    /// Slots holding registrations move to another master while registrations keep coming: every
+    /// request answers 202, and dedupe holds throughout (no extra upstream call).
+    @Test func reshardingWhileRegistrationsFlowCostsNoErrors() async throws {
+        try await RedisCluster.use { cluster in
+            let mock = try MockVoyado()
+            try await withSidecars(2, url: cluster.url, mock: mock) { sidecars in
+                let from = try cluster.master(forSlot: 0)
+                let to = try #require(try cluster.masters().first { $0.port != from.port })
+                let moving = 0..<200
+                var tokens: [String] = []
+                while tokens.count < 20 {
+                    let token = "fcm-\(UUID().uuidString)"
+                    let entry = RegistrationKeys(app: sidecars[0].app, upstream: "voyado", pushToken: token).entry
+                    if moving.contains(ClusterSlot.of(Array(entry.utf8))) { tokens.append(token) }
+                }
+                for token in tokens { #expect(try await sidecars[0].post("/installations", registration(token)).status == 202) }
+                let baseline = mock.received(path: "/installations").count
+
+                let flow = Task { try await steadyRegistrations(tokens, through: sidecars, perSecond: 40, seconds: 4) }
+                try await Task.sleep(for: .milliseconds(500))
+                try cluster.reshard(count: moving.count, from: from, to: to)
+                let result = try await flow.value
+                #expect(try cluster.master(forSlot: 0).port == to.port)
+                #expect(result.statuses.allSatisfy { $0 == 202 }, "statuses \(Set(result.statuses))")
+                #expect(mock.received(path: "/installations").count == baseline)
+                for h in sidecars {
+                    #expect(!(try await h.admin("/metrics")).text.contains("pushwarden_dedupe_degraded_total{"))
+                }
+                try cluster.reshard(count: moving.count, from: to, to: from)
+                try cluster.waitUntilHealthy(seconds: 20)
+            }
+        }
+    }
+
+    /// A master is SIGKILLed while registrations flow at 20/s for 12 s: every request still answers
+    /// 202 (dedupe degrades while its slots have no master: extra upstream calls, counted), and once
+    /// the replica has taken over, dedupe works again. The node is restarted afterwards and rejoins.
+    @Test func aMasterKilledWhileRegistrationsFlowCostsDedupeNotAnswers() async throws {
+        try await RedisCluster.use { cluster in
+            let mock = try MockVoyado()
+            try await withSidecars(2, url: cluster.url, mock: mock) { sidecars in
+                let tokens = (0..<60).map { _ in "fcm-\(UUID().uuidString)" }
+                for token in tokens { #expect(try await sidecars[0].post("/installations", registration(token)).outcome == "forwarded") }
+                let entry = RegistrationKeys(app: sidecars[0].app, upstream: "voyado", pushToken: tokens[0]).entry
+                let victim = try cluster.master(forSlot: ClusterSlot.of(Array(entry.utf8)))
+
+                let flow = Task { try await steadyRegistrations(tokens, through: sidecars, perSecond: 20, seconds: 12) }
+                try await Task.sleep(for: .seconds(2))
+                cluster.kill(port: victim.port)
+                let killedAt = ContinuousClock.now
+                let result = try await flow.value
+                let extra = mock.received(path: "/installations").count - tokens.count
+                let degraded = result.forwardedAt.max().map { $0 - killedAt }
+                print("failover: \(result.statuses.count) requests, longest \(result.longest), extra upstream calls \(extra), "
+                      + "last one forwarded \(degraded.map { "\($0)" } ?? "-") after the kill")
+                // Dedupe came back during the flow: its last 2 s made no extra call.
+                #expect(degraded.map { $0 < .seconds(8) } ?? true)
+                #expect(result.statuses.allSatisfy { $0 == 202 }, "statuses \(Set(result.statuses))")
+
+                // The replica took over: the victim's slots have a live master again, and a new
+                // registration is deduplicated.
+                var dedupesAgain: Duration?
+                while ContinuousClock.now - killedAt < .seconds(30) {
+                    let token = "fcm-\(UUID().uuidString)"
+                    _ = try await sidecars[0].post("/installations", registration(token))
+                    if try await sidecars[1].post("/installations", registration(token)).outcome == "unchanged" {
+                        dedupesAgain = ContinuousClock.now - killedAt
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+                #expect(dedupesAgain != nil)
+                let promoted = try cluster.master(forSlot: ClusterSlot.of(Array(entry.utf8)))
+                #expect(promoted.port != victim.port)
+                // What was registered before the kill survived on the replica.
+                #expect(try await sidecars[1].post("/installations", registration(tokens[0])).outcome == "unchanged")
+            }
+            try cluster.restart(port: stoppedPort(cluster))
+        }
+    }
+}
+
+/// The one node a test killed, to start again.
+private func stoppedPort(_ cluster: RedisCluster) -> Int {
+    cluster.ports.first { !cluster.livePorts.contains($0) } ?? cluster.ports[0]
+}
+
+struct FlowResult: Sendable {
+    var statuses: [Int]
+    var longest: Duration
+    /// When each request that was forwarded (not answered from the dedupe cache) started.
+    var forwardedAt: [ContinuousClock.Instant]
+}
+
+/// Registers `tokens` in turn, `perSecond` requests started per second (each without waiting for
+/// the one before), round-robin over `sidecars`, for `seconds`; waits for every answer.
+func steadyRegistrations(_ tokens: [String], through sidecars: [Harness], perSecond: Int, seconds: Int) async throws -> FlowResult {
+    let interval = Duration.milliseconds(1000 / perSecond)
+    let start = ContinuousClock.now
+    return try await withThrowingTaskGroup(of: (Int, Duration, ContinuousClock.Instant?).self) { group in
+        for index in 0..<(perSecond * seconds) {
+            try await Task.sleep(until: start + interval * index, clock: .continuous)
+            let h = sidecars[index % sidecars.count]
+            let token = tokens[index % tokens.count]
+            group.addTask {
+                let began = ContinuousClock.now
+                let reply = try await h.post("/installations", registration(token))
+                return (reply.status, ContinuousClock.now - began, reply.outcome == "forwarded" ? began : nil)
+            }
+        }
+        var result = FlowResult(statuses: [], longest: .zero, forwardedAt: [])
+        for try await (status, took, forwarded) in group {
+            result.statuses.append(status)
+            result.longest = max(result.longest, took)
+            if let forwarded { result.forwardedAt.append(forwarded) }
+        }
+        return result
+    }
+}
+
+/// Rate limits where Redis is away, and with the memory store.
+@Suite struct RateLimitStoreTests {
+    @Test func anUnansweringRedisAdmitsCountsAndLogs() async throws {
+        let h = try await Harness(store: .unreachableRedis, clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 1/min}")
+        let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+        for _ in 0..<3 { #expect(try await h.post("/installations/unregister", body).status == 202) }
+        let metrics = try await h.admin("/metrics")
+        #expect(metrics.text.contains("pushwarden_rate_limit_fallback_total{app=\"\(h.app)\"} 3"))
+        #expect(h.logs.text.components(separatedBy: "rate limit store unavailable; request admitted").count - 1 == 1)
+        await h.stop()
+    }
+
+    @Test func theMemoryStoreLimitsPerProcessWithItsWindow() async throws {
+        let h = try await Harness(store: .memory, clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 2/min}")
+        let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+        #expect(try await h.post("/installations/unregister", body).status == 202)
+        #expect(try await h.post("/installations/unregister", body).status == 202)
+        let limited = try await h.post("/installations/unregister", body)
+        #expect(limited.status == 429)
+        #expect((59...60).contains(Int(limited.headers["Retry-After"] ?? "") ?? 0))
+        await h.stop()
+    }
+}
