@@ -54,6 +54,26 @@ private func registration(_ token: String) -> String { #"{"platform":"android","
 /// replicas), several sidecars sharing one Redis or one cluster, and a cluster that reshards and
 /// fails over under load. One test at a time: they share the one cluster.
 @Suite(.serialized) struct ClusterStoreTests {
+    /// The outbox on the cluster: a queued registration and unregister are delivered in order,
+    /// every command of a shard naming one slot.
+    @Test func theOutboxDeliversOnTheCluster() async throws {
+        try await RedisCluster.use { cluster in
+            let client = RedisClient(configuration: try RedisConfiguration(url: cluster.url))
+            defer { client.close() }
+            let mock = try MockVoyado(apiKey: "vk")
+            let h = try await SidecarHarness(upstreams: OutboxTests.voyado(mock), secrets: [.env("VOYADO_KEY"): "vk"],
+                                             store: RedisStore(client: client))
+            let token = "fcm-" + UUID().uuidString
+            #expect(try await h.post("/installations", registration(token)).outcome("voyado") == "queued")
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+            #expect(await OutboxTests.eventually { mock.received(path: "/installations/unregister").count == 1 })
+            let paths = mock.received.map(\.path)
+            #expect(paths.firstIndex { $0.hasSuffix("/installations") }! < paths.firstIndex { $0.hasSuffix("/unregister") }!)
+            await h.stop()
+            await mock.stop()
+        }
+    }
+
     @Test func everyOperationWorksOnTheClusterAndKeysSpreadOverEveryMaster() async throws {
         try await RedisCluster.use { cluster in
             let client = RedisClient(configuration: try RedisConfiguration(url: cluster.url))
