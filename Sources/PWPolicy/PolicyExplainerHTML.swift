@@ -93,12 +93,12 @@ public enum PolicyExplainerHTML {
         }
     }
 
-    static let charWidth = 6.7
-    static let lineHeight = 15
-    static let titleHeight = 22
+    static let charWidth = 7.3
+    static let lineHeight = 16
+    static let titleHeight = 23
     static let padding = 8
 
-    /// Wrapped lines of `box` at `width`, as (text, style) pairs; a continuation is indented.
+    /// Wrapped lines of `box` at `width`, at spaces; a continuation is indented two more.
     static func wrapped(_ box: Box, width: Int) -> [Box.Line] {
         let maxChars = max(10, Int(Double(width - 2 * padding) / charWidth))
         var out: [Box.Line] = []
@@ -112,8 +112,10 @@ public enum PolicyExplainerHTML {
                 var cut = rest.count
                 if rest.count > limit {
                     cut = limit
-                    if let space = rest[..<limit].lastIndex(where: { $0 == " " || $0 == "," || $0 == "/" }), space > limit / 2 {
-                        cut = space + 1
+                    // At a space, so that a name (a host, a secret reference) stays whole; a
+                    // word longer than the line is cut.
+                    if let space = rest[..<(limit + 1)].lastIndex(of: " "), space > rest.prefix { $0 == " " }.count {
+                        cut = space
                     }
                 }
                 let piece = String(rest[..<cut])
@@ -135,10 +137,10 @@ public enum PolicyExplainerHTML {
         var svg = "<g class=\"box \(box.kind)\">"
         svg += "<rect x=\"\(x)\" y=\"\(y)\" width=\"\(width)\" height=\"\(h)\" rx=\"6\"/>"
         svg += "<rect class=\"band\" x=\"\(x)\" y=\"\(y)\" width=\"\(width)\" height=\"\(titleHeight)\" rx=\"6\"/>"
-        svg += "<text class=\"title\" x=\"\(x + padding)\" y=\"\(y + 15)\">\(escape(box.title))</text>"
+        svg += "<text class=\"title\" x=\"\(x + padding)\" y=\"\(y + 16)\">\(escape(box.title))</text>"
         for (index, line) in lines.enumerated() {
             let style = line.style.isEmpty ? "" : " class=\"\(line.style)\""
-            svg += "<text\(style) x=\"\(x + padding)\" y=\"\(y + titleHeight + padding + 11 + index * lineHeight)\" xml:space=\"preserve\">\(escape(line.text))</text>"
+            svg += "<text\(style) x=\"\(x + padding)\" y=\"\(y + titleHeight + padding + 12 + index * lineHeight)\" xml:space=\"preserve\">\(escape(line.text))</text>"
         }
         return svg + "</g>\n"
     }
@@ -198,11 +200,7 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line(""))
         lines.append(Box.Line("injects:", "strong"))
         lines.append(Box.Line("  contact_id ← session claim '\(session.contactClaim)'"))
-        for upstream in app.upstreams {
-            for value in upstream.provider.settings.injected {
-                lines.append(Box.Line("  → '\(upstream.name)': \(value)"))
-            }
-        }
+        lines.append(Box.Line("  per upstream: the values marked + in its box", "muted"))
         lines.append(Box.Line(""))
         lines.append(Box.Line("secrets (names only):", "strong"))
         let refs = secretReferences(app)
@@ -287,9 +285,9 @@ public enum PolicyExplainerHTML {
     }
 
     static func diagram(_ app: AppPolicy, index appIndex: Int) -> String {
-        let clientX = 10, clientW = 230
-        let serverX = 300, serverW = 320
-        let upX = 690, upW = 300
+        let clientX = 10, clientW = 200
+        let serverX = 270, serverW = 290
+        let upX = 620, upW = 310
         let width = upX + upW + 10
         let top = 30
 
@@ -316,12 +314,13 @@ public enum PolicyExplainerHTML {
         svg += "<text class=\"column\" x=\"\(upX)\" y=\"18\">leaves for</text>\n"
         svg += draw(client, x: clientX, y: top, width: clientW)
         svg += draw(server, x: serverX, y: top, width: serverW)
-        svg += arrow(clientX + clientW, top + 40, serverX, top + 40, marker: appIndex, label: "HTTPS + JWT")
+        svg += arrow(clientX + clientW, top + 40, serverX, top + 40, marker: appIndex, label: "HTTPS")
         for (index, box) in upstreams.enumerated() {
             svg += draw(box, x: upX, y: upY[index], width: upW)
             let upstream = app.upstreams[index]
             let label = upstream.provider.settings.endpoint.map(PolicyExplainer.hostOf) == nil ? "logged only" : upstream.delivery.rawValue
-            svg += arrow(serverX + serverW, top + 40 + index * 12, upX, upY[index] + 11, marker: appIndex, label: label)
+            let toY = upY[index] + 12
+            svg += arrow(serverX + serverW, min(toY, top + serverH - 12), upX, toY, marker: appIndex, label: label)
         }
         svg += draw(store, x: storeX, y: storeY, width: storeW)
         svg += arrow(serverX + 40, top + serverH, serverX + 40, storeY, marker: appIndex)
@@ -340,16 +339,16 @@ public enum PolicyExplainerHTML {
         header{padding:14px 24px;background:#fff;border-bottom:1px solid #d7dbe0}
         h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:18px 0 8px}
         header p{margin:0;color:#4a5360}
-        main{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:20px;padding:0 24px 24px}
+        main{display:grid;grid-template-columns:minmax(0,1.6fr) minmax(0,1fr);gap:20px;padding:0 24px 24px}
         @media (max-width:1100px){main{grid-template-columns:minmax(0,1fr)}}
         section{background:#fff;border:1px solid #d7dbe0;border-radius:8px;padding:4px 14px 10px;margin-top:16px}
         .text{margin-top:16px}
         pre{background:#fff;border:1px solid #d7dbe0;border-radius:8px;padding:12px;font:12px/1.45 ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;white-space:pre-wrap;overflow-wrap:anywhere;margin:0}
         svg.flow{width:100%;height:auto;display:block}
-        svg text{font:11px ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;fill:#1b1f24}
+        svg text{font:12px ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;fill:#1b1f24}
         svg text.title{font-weight:700;fill:#fff}
-        svg text.column{font:600 12px system-ui,sans-serif;fill:#6a7380;text-transform:uppercase;letter-spacing:.06em}
-        svg text.label{font:600 11px system-ui,sans-serif;fill:#4a5360}
+        svg text.column{font:600 13px system-ui,sans-serif;fill:#6a7380;text-transform:uppercase;letter-spacing:.06em}
+        svg text.label{font:600 12px system-ui,sans-serif;fill:#4a5360}
         svg text.strong{font-weight:700}svg text.muted{fill:#6a7380}
         svg text.secret{fill:#8a4b00;font-weight:700}svg text.host{fill:#0b5cad;font-weight:700}
         .box rect{fill:#fff;stroke:#9aa4b1;stroke-width:1.2}

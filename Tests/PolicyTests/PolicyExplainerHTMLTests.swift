@@ -71,7 +71,12 @@ import Testing
         for ref in ["env:SHOP_SESSION_SECRET", "env:VOYADO_API_KEY", "file:/run/secrets/pushnotice-api-key", "env:VOIDHASH_PUBLISHABLE_KEY"] {
             #expect(html.components(separatedBy: ref).count >= 3, "\(ref) in the diagram and in the text")
         }
-        #expect(html.contains("contact_id ← session claim &#39;contact_id&#39;"))
+        let svg = String(html[html.range(of: "<svg")!.lowerBound..<html.range(of: "</svg>")!.upperBound])
+        for name in ["env:SHOP_SESSION_SECRET", "env:VOYADO_API_KEY", "file:/run/secrets/pushnotice-api-key", "env:VOIDHASH_PUBLISHABLE_KEY",
+                     "host app-push-prod.voyado.com", "host push.example.net:8443", "host api.voidhash.com"] {
+            #expect(svg.contains(name), "the diagram names \(name) on one line")
+        }
+        #expect(svg.contains("contact_id ← session claim"))
         #expect(html.contains("kept 3d (dedupe.refresh_after)"))
         #expect(html.contains("&#39;vh&#39;: kept 400 days"))
         #expect(!html.contains("&#39;voyado&#39;: kept 400 days"), "Voyado keeps no identity")
