@@ -318,7 +318,7 @@ public enum PolicyExplainerHTML {
         for (index, box) in upstreams.enumerated() {
             svg += draw(box, x: upX, y: upY[index], width: upW)
             let upstream = app.upstreams[index]
-            let label = upstream.provider.settings.endpoint.map(PolicyExplainer.hostOf) == nil ? "logged only" : upstream.delivery.rawValue
+            let label = upstream.provider.settings.endpoint.map(PolicyExplainer.hostOf) == nil ? "logs" : upstream.delivery.rawValue
             let toY = upY[index] + 12
             svg += arrow(serverX + serverW, min(toY, top + serverH - 12), upX, toY, marker: appIndex, label: label)
         }
