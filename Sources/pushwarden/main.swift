@@ -18,7 +18,7 @@ let usage = """
       pushwarden serve --policy FILE [--listen HOST:PORT] [--admin HOST:PORT] [--redis URL] [--log-level LEVEL] [--threads N]
                        [--connections-per-address N] [--head-timeout SECONDS] [--policy-key PUBLIC.pem] [--watch]
       pushwarden policy check FILE...
-      pushwarden policy explain FILE
+      pushwarden policy explain [--format text|html] FILE
       pushwarden policy sign --key PRIVATE.pem FILE
       pushwarden policy verify --key PUBLIC.pem FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
@@ -244,8 +244,22 @@ func policyCommand(_ arguments: ArraySlice<String>) -> Never {
         }
         exit(failed ? 1 : 0)
     case "explain":
-        guard files.count == 1, let file = files.first else { fail("policy explain needs exactly one FILE") }
-        print(PolicyExplainer.explain(loadPolicyOrExit(file)), terminator: "")
+        // `--format text|html` (default text) before FILE; html is one self-contained page.
+        var rest = Array(files), format = "text"
+        if let first = rest.first, first == "--format" || first.hasPrefix("--format=") {
+            if first == "--format" {
+                guard rest.count > 1 else { fail("--format needs a value") }
+                format = rest[1]
+                rest.removeFirst(2)
+            } else {
+                format = String(first.dropFirst("--format=".count))
+                rest.removeFirst()
+            }
+        }
+        guard format == "text" || format == "html" else { fail("--format must be text or html, not \(format)") }
+        guard rest.count == 1, let file = rest.first, !file.hasPrefix("--") else { fail("policy explain needs exactly one FILE") }
+        let policy = loadPolicyOrExit(file)
+        print(format == "html" ? PolicyExplainerHTML.render(policy) : PolicyExplainer.explain(policy), terminator: "")
         exit(0)
     case "sign", "verify":
         signOrVerify(sub, files)
