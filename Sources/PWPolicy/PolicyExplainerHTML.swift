@@ -114,7 +114,7 @@ public enum PolicyExplainerHTML {
                     cut = limit
                     // At a space, so that a name (a host, a secret reference) stays whole; a
                     // word longer than the line is cut.
-                    if let space = rest[..<(limit + 1)].lastIndex(of: " "), space > rest.prefix { $0 == " " }.count {
+                    if let space = rest[..<(limit + 1)].lastIndex(of: " "), space > rest.prefix(while: { $0 == " " }).count {
                         cut = space
                     }
                 }
