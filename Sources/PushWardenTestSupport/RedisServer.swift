@@ -59,7 +59,11 @@ public final class RedisServer: Sendable {
     ///   - password: passed as `--requirepass`.
     ///   - arguments: more `redis-server` options (a cluster node's `--cluster-enabled yes ...`).
     /// - Throws: `StartError` with redis's log when redis-server is missing or does not come up.
-    public static func start(port: Int? = nil, password: String? = nil, arguments extra: [String] = []) throws -> RedisServer {
+    ///   - directory: where the server keeps its files (an append-only file, with
+    ///     `arguments: ["--appendonly", "yes"]`); a new temporary one when nil. A server started
+    ///     again on the directory of one stopped with `stop(keepingData: true)` finds its data.
+    public static func start(port: Int? = nil, password: String? = nil, arguments extra: [String] = [],
+                             directory: URL? = nil) throws -> RedisServer {
         guard let executable = findExecutable("redis-server") else {
             throw StartError(description: "redis-server not found in PATH: run make test, which installs it")
         }
@@ -67,7 +71,7 @@ public final class RedisServer: Sendable {
         for _ in 0..<(port == nil ? 3 : 1) {
             let chosen = try port ?? freeLoopbackPort()
             do {
-                return try launch(executable: executable, port: chosen, password: password, extra: extra)
+                return try launch(executable: executable, port: chosen, password: password, extra: extra, reuse: directory)
             } catch {
                 lastError = error
             }
@@ -75,8 +79,9 @@ public final class RedisServer: Sendable {
         throw lastError
     }
 
-    private static func launch(executable: String, port: Int, password: String?, extra: [String]) throws(StartError) -> RedisServer {
-        let directory = FileManager.default.temporaryDirectory
+    private static func launch(executable: String, port: Int, password: String?, extra: [String],
+                               reuse: URL?) throws(StartError) -> RedisServer {
+        let directory = reuse ?? FileManager.default.temporaryDirectory
             .appendingPathComponent("pushwarden-redis-\(UUID().uuidString)", isDirectory: true)
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -139,7 +144,13 @@ public final class RedisServer: Sendable {
 
     /// Stops redis (SIGKILL; the watchdog then reaps it and exits) and removes its directory.
     /// Returns once the port is free again. Idempotent.
-    public func stop() {
+    public func stop() { stop(keepingData: false) }
+
+    /// Where this server keeps its files.
+    public var directory: URL { running.withLock { $0.directory } }
+
+    /// `stop()`, keeping the directory (and the append-only file in it) when `keepingData`.
+    public func stop(keepingData: Bool) {
         let (watchdog, directory): (Process?, URL) = running.withLock { running in
             defer { running.watchdog = nil }
             return (running.watchdog, running.directory)
@@ -159,7 +170,7 @@ public final class RedisServer: Sendable {
         while watchdog.isRunning, Date() < deadline { usleep(5_000) }
         if watchdog.isRunning { kill(watchdog.processIdentifier, SIGKILL) }
         watchdog.waitUntilExit()
-        try? FileManager.default.removeItem(at: directory)
+        if !keepingData { try? FileManager.default.removeItem(at: directory) }
     }
 
     /// Deletes every key in every database, for tests that need an empty server.

@@ -207,6 +207,33 @@ import Testing
         await mock.stop()
     }
 
+    /// Redis restarted (append-only file, as the README asks for) while deliveries wait: none lost.
+    @Test func aRedisRestartWithAnAppendOnlyFileLosesNothing() async throws {
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"]
+        let first = try RedisServer.start(arguments: aof)
+        let port = first.port, directory = first.directory
+        let client = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: port))
+        defer { client.close() }
+        let mock = try MockVoyado(apiKey: "vk")
+        for _ in 0..<100_000 { mock.enqueue(.init(status: 503)) }
+        let h = try await SidecarHarness(upstreams: Self.voyado(mock), secrets: [.env("VOYADO_KEY"): "vk"], store: RedisStore(client: client))
+        let tokens = (0..<30).map { _ in Self.fcm() }
+        for token in tokens {
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        }
+        try await Task.sleep(for: .milliseconds(500))  // read and failed at least once: pending in the group
+        first.stop(keepingData: true)
+        let second = try RedisServer.start(port: port, arguments: aof, directory: directory)
+        defer { second.stop() }
+        mock.reset()
+        #expect(await Self.eventually(20) {
+            let delivered = Set(Self.bodies(mock, "/installations").compactMap { body in tokens.first { body.contains($0) } })
+            return delivered.count == tokens.count
+        })
+        await h.stop()
+        await mock.stop()
+    }
+
     @Test func queuedWithoutRedisIsRefusedAtStart() async throws {
         let mock = try MockVoyado(apiKey: "vk")
         await #expect(throws: StartupError.self) {
