@@ -253,7 +253,8 @@ public enum PolicyExplainerHTML {
     static func keepsIdentity(_ provider: ProviderConfig) -> Bool {
         switch provider {
         case .voidhash, .fluxer, .nativeNotify: return true
-        case .voyado, .pushNotice, .dryRun: return false
+        case .voyado, .pushNotice: return false
+        case .dryRun(let config): return ["voidhash", "fluxer", "nativenotify"].contains(config.emulates)
         }
     }
 

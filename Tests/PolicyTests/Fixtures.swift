@@ -348,9 +348,17 @@ let moreBadFixtures: [Fixture] = [
     Fixture(name: "unknown provider", yaml: minimalPolicy.replacingFirst("provider: dry_run", with: "provider: apns"), expected: [
         "t.yaml:12:19: apps.shop.upstreams[0].provider: invalid value 'apns'; expected one of: voyado, voidhash, fluxer, nativenotify, pushnotice, dry_run",
     ]),
-    Fixture(name: "dry run emulating an unsupported provider",
-            yaml: minimalPolicy + "        emulates: fluxer\n", expected: [
-        "t.yaml:13:19: apps.shop.upstreams[0].emulates: emulating 'fluxer' is not supported in this version; supported: voyado",
+    Fixture(name: "dry run emulating an unknown provider",
+            yaml: minimalPolicy + "        emulates: apns\n", expected: [
+        "t.yaml:13:19: apps.shop.upstreams[0].emulates: invalid value 'apns'; expected one of: voyado, voidhash, fluxer, nativenotify, pushnotice",
+    ]),
+    Fixture(name: "dry run with another provider's key",
+            yaml: minimalPolicy + "        emulates: fluxer\n        slug: shop\n", expected: [
+        "t.yaml:14:15: apps.shop.upstreams[0].slug: 'slug' applies only to a dry run emulating pushnotice",
+    ]),
+    Fixture(name: "dry run emulating Fluxer reading the session from Authorization",
+            yaml: minimalPolicy + "        emulates: fluxer\n        session_header: Authorization\n", expected: [
+        "t.yaml:14:25: apps.shop.upstreams[0].session_header: the Fluxer session cannot be read from Authorization: it carries the app's own session or request framing; name a header of its own, such as X-Fluxer-Session",
     ]),
     Fixture(name: "secret with env and file",
             yaml: minimalPolicy.replacingFirst("{env: SHOP_SESSION_SECRET}", with: "{env: A, file: /run/secrets/a}"), expected: [

@@ -29,6 +29,26 @@ import Testing
                                                  retry: RetryPolicy(attempts: 3, backoffMillis: 200, maxBackoffMillis: 2000))])
     }
 
+    /// A dry run emulating each provider takes that provider's policy-only settings, with defaults.
+    @Test(arguments: [
+        ("voyado", "", DryRunConfig(emulates: "voyado"), true),
+        ("voidhash", "", DryRunConfig(emulates: "voidhash", iosBundleID: "dev.pushwarden.dryrun", androidPackageName: "dev.pushwarden.dryrun"), false),
+        ("voidhash", "        ios_bundle_id: com.example.app\n", DryRunConfig(emulates: "voidhash", iosBundleID: "com.example.app"), false),
+        ("fluxer", "", DryRunConfig(emulates: "fluxer", sessionHeader: "X-Fluxer-Session"), false),
+        ("fluxer", "        session_header: X-Session\n", DryRunConfig(emulates: "fluxer", sessionHeader: "X-Session"), false),
+        ("nativenotify", "", DryRunConfig(emulates: "nativenotify"), false),
+        ("pushnotice", "", DryRunConfig(emulates: "pushnotice", slug: "dry-run"), false),
+        ("pushnotice", "        slug: shop\n", DryRunConfig(emulates: "pushnotice", slug: "shop"), false),
+    ])
+    func dryRunEmulatesEachProvider(_ emulates: String, _ keys: String, _ expected: DryRunConfig, _ takesEvents: Bool) throws {
+        let text = minimalPolicy + "        emulates: \(emulates)\n" + keys
+        let provider = try PolicyLoader.load(text: text, path: "t.yaml").get().apps[0].upstreams[0].provider
+        #expect(provider == .dryRun(expected))
+        #expect(provider.settings.takesEvents == takesEvents)
+        #expect(provider.settings.endpoint == nil)
+        #expect(provider.settings.secrets.isEmpty)
+    }
+
     @Test func cookieOnlySessionHasNoHeader() throws {
         let text = minimalPolicy.replacingFirst("      type: jwt", with: "      type: jwt\n      cookie: sid")
         let session = try PolicyLoader.load(text: text, path: "t.yaml").get().apps[0].session

@@ -1,4 +1,5 @@
 import PWCore
+import YAMLKit
 
 /// Fluxer mobile devices (seed 002): RFC 8291 Web Push or legacy vendor-token registrations made
 /// with the signed-in user's own Fluxer session. Fluxer refuses bot and OAuth2 credentials on these
@@ -60,16 +61,7 @@ public struct FluxerConfig: Sendable, Equatable, ProviderSettings {
 extension PolicyReader {
     func fluxer(_ fields: Fields) -> ProviderConfig? {
         let baseURL = fields.required("base_url").flatMap { upstreamURL($0, fields.at("base_url")) }
-        let sessionHeader = fields.required("session_header").flatMap { node -> String? in
-            let at = fields.at("session_header")
-            guard let name = headerName(node, at) else { return nil }
-            if let refused = FluxerConfig.refusedSessionHeaders.first(where: { HTTPHeaders.equalsIgnoringCase($0, name) }) {
-                checker.report(node.mark, at, "the Fluxer session cannot be read from \(refused): "
-                               + "it carries the app's own session or request framing; name a header of its own, such as X-Fluxer-Session")
-                return nil
-            }
-            return name
-        }
+        let sessionHeader = fields.required("session_header").flatMap { fluxerSessionHeader($0, fields.at("session_header")) }
         var forwardHeader: String? = "Authorization"
         if let node = fields["forward_header"] {
             let at = fields.at("forward_header")
@@ -98,5 +90,17 @@ extension PolicyReader {
         guard let baseURL, let sessionHeader, let forwardHeader, let appID, let environment else { return nil }
         return .fluxer(FluxerConfig(baseURL: baseURL, sessionHeader: sessionHeader, forwardHeader: forwardHeader,
                                     appID: appID, providerEnvironment: environment))
+    }
+
+    /// The client header the user's Fluxer session is read from: a header name of its own, never
+    /// one carrying the app's session or request framing (also `dry_run`'s, emulating Fluxer).
+    func fluxerSessionHeader(_ node: YAMLNode, _ at: String) -> String? {
+        guard let name = headerName(node, at) else { return nil }
+        if let refused = FluxerConfig.refusedSessionHeaders.first(where: { HTTPHeaders.equalsIgnoringCase($0, name) }) {
+            checker.report(node.mark, at, "the Fluxer session cannot be read from \(refused): "
+                           + "it carries the app's own session or request framing; name a header of its own, such as X-Fluxer-Session")
+            return nil
+        }
+        return name
     }
 }

@@ -47,19 +47,22 @@ extension PolicyReader {
     func pushNotice(_ fields: Fields) -> ProviderConfig? {
         var baseURL: String? = PushNoticeConfig.defaultBaseURL
         if let node = fields["base_url"] { baseURL = upstreamURL(node, fields.at("base_url")) }
-        let slug = fields.required("slug").flatMap { node -> String? in
-            guard let text = checker.string(node, fields.at("slug")) else { return nil }
-            guard Self.isSafeID(text) else {
-                checker.report(node.mark, fields.at("slug"), "slug must be 1 to 64 characters of a-z, 0-9, _ and - (it is part of the URL path)")
-                return nil
-            }
-            return text
-        }
+        let slug = fields.required("slug").flatMap { pushNoticeSlug($0, fields.at("slug")) }
         let apiKey = fields.required("api_key").flatMap { checker.secret($0, fields.at("api_key")) }
         var groups: [String]? = []
         if let node = fields["groups"] { groups = pushNoticeGroups(node, fields.at("groups")) }
         guard let baseURL, let slug, let apiKey, let groups else { return nil }
         return .pushNotice(PushNoticeConfig(baseURL: baseURL, slug: slug, apiKey: apiKey, groups: groups))
+    }
+
+    /// The app's slug (also `dry_run`'s, emulating PushNotice): it is part of the URL path.
+    func pushNoticeSlug(_ node: YAMLNode, _ at: String) -> String? {
+        guard let text = checker.string(node, at) else { return nil }
+        guard Self.isSafeID(text) else {
+            checker.report(node.mark, at, "slug must be 1 to 64 characters of a-z, 0-9, _ and - (it is part of the URL path)")
+            return nil
+        }
+        return text
     }
 
     /// Group names: non-empty strings, no control characters, each at most

@@ -92,8 +92,8 @@ extension PolicyReader {
     }
 
     /// A bundle id or package name: it travels in a header and a JSON body, so only the characters
-    /// both platforms allow (`com.example.app`).
-    private func voidhashBundleID(_ node: YAMLNode, _ path: String) -> String? {
+    /// both platforms allow (`com.example.app`). Also `dry_run`'s, emulating Voidhash.
+    func voidhashBundleID(_ node: YAMLNode, _ path: String) -> String? {
         guard let text = checker.string(node, path) else { return nil }
         let allowed = text.utf8.allSatisfy { ByteClass.isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
         guard allowed, text.utf8.count <= 255 else {

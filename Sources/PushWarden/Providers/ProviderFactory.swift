@@ -32,11 +32,38 @@ enum ProviderFactory {
         case .pushNotice(let config):
             return (try PushNoticeAdapter.make(name: upstream.name, config: config, secrets: resolve), network)
         case .dryRun(let config):
-            let emulated = VoyadoAdapter(name: upstream.name,
-                                         config: VoyadoConfig(basePath: "https://dry-run.invalid/\(config.emulates)", apiKey: .env("-")),
-                                         apiKey: Array("dry-run".utf8))
+            let emulated = dryRunAdapter(name: upstream.name, config)
             let transport = DryRunTransport(logger: logger.with(label: "dry_run"), answer: { emulated.emulatedResponse(to: $0) })
             return (emulated, transport)
+        }
+    }
+
+    /// The emulated provider's own adapter over stand-in settings: no credential is needed or
+    /// read. Keys are obviously fake but pass each adapter's own shape checks (`vh_pk_test_`
+    /// with `debug_build`, `pnp_`); nothing is sent to `dry-run.invalid`, it only appears in the log.
+    static func dryRunAdapter(name: String, _ config: DryRunConfig) -> any UpstreamAdapter {
+        let base = "https://dry-run.invalid"
+        let noSecret = SecretRef.env("-")
+        switch config.emulates {
+        case "voidhash":
+            return VoidhashAdapter(name: name,
+                                   config: VoidhashConfig(baseURL: base, publishableKey: noSecret, iosBundleID: config.iosBundleID,
+                                                          androidPackageName: config.androidPackageName, sdkVersion: "0.0.0-dryrun",
+                                                          debugBuild: true),
+                                   publishableKey: "vh_pk_test_dryrun")
+        case "fluxer":
+            return FluxerAdapter(name: name, config: FluxerConfig(baseURL: base,
+                                                                  sessionHeader: config.sessionHeader ?? DryRunConfig.defaultSessionHeader))
+        case "nativenotify":
+            return NativeNotifyAdapter(name: name, config: NativeNotifyConfig(baseURL: base, appID: 1, appToken: noSecret),
+                                       appToken: Array("dry-run-app-token".utf8))
+        case "pushnotice":
+            return PushNoticeAdapter(name: name, config: PushNoticeConfig(baseURL: base, slug: config.slug ?? DryRunConfig.defaultSlug,
+                                                                          apiKey: noSecret),
+                                     apiKey: Array("pnp_dryrun".utf8))
+        default:
+            return VoyadoAdapter(name: name, config: VoyadoConfig(basePath: "\(base)/\(config.emulates)", apiKey: noSecret),
+                                 apiKey: Array("dry-run".utf8))
         }
     }
 }

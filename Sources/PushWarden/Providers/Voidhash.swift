@@ -1,6 +1,7 @@
 import ClientAPI
 import HTTPClient
 import PWCore
+import PWCrypto
 import PWPolicy
 
 /// Voidhash push devices (seed document 000): `register`, `refresh` and `unregister` under
@@ -150,10 +151,15 @@ public struct VoidhashAdapter: UpstreamAdapter {
         return tag
     }
 
+    /// Unregister: 200. Refresh: the id it was sent (the id moves to the new token). Register: an
+    /// id of the token's own, the same for the same token ("Registering the same token again
+    /// returns the same ID"); Voidhash's id format is not documented, so it is a stand-in.
     public func emulatedResponse(to request: HTTPClientRequest) -> HTTPClientResponse {
         if request.url.hasSuffix(Self.unregisterPath) { return HTTPClientResponse(status: 200, headers: [:], body: []) }
-        let sent = (try? JSONValue.parse(request.body))?.objectValue?[Self.idKey]?.stringValue
-        let body = JSONValue.object(JSONObject([JSONMember(Self.idKey, .string(sent ?? "pdt_dry_run"))])).encoded()
+        let sent = (try? JSONValue.parse(request.body))?.objectValue
+        let id = sent?[Self.idKey]?.stringValue
+            ?? "pdt_" + String(SHA256.hexHash(Array(("voidhash-dry-run\u{0}" + (sent?["platformToken"]?.stringValue ?? "")).utf8)).prefix(24))
+        let body = JSONValue.object(JSONObject([JSONMember(Self.idKey, .string(id))])).encoded()
         return HTTPClientResponse(status: 200, headers: ["Content-Type": "application/json"], body: body)
     }
 
