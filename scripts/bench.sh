@@ -17,7 +17,7 @@ HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,forwarded,tail,memory}
+SCENARIOS=${SCENARIOS:-hit,es256,forwarded,queued,tail,memory}
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -46,6 +46,7 @@ bin=$(swift build -c release --show-bin-path)
 
 redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); nginx_proxy=$(free_port)
 pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port); base_port=$(free_port); base_admin=$(free_port)
+queued_mock_port=$(free_port); pw2_port=$(free_port); pw2_admin=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
 redis_pid=$!
@@ -84,7 +85,7 @@ secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
 "$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
 
-"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" >"$work/policy.yaml"
+"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" >"$work/policy.yaml"
 
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
@@ -200,6 +201,44 @@ if want forwarded; then
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_forwarded "http://127.0.0.1:$base_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=b$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
   LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"
+fi
+# Outbox rows: app benchq's upstream is queued to a port where nothing listens while registrations
+# are accepted (each a new token); then a mock with LATENCY_MS starts there and the outbox is timed
+# until it is empty. Once with this one process, then again with a second replica on the same Redis.
+outbox_depth() {
+  local total=0 n
+  for shard in 0 1 2 3 4 5 6 7; do
+    n=$(redis-cli -p "$redis_port" XLEN "pw:v2:{outbox:benchq:voyado:$shard}:s" 2>/dev/null || echo 0)
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
+}
+drain() {  # drain NAME: starts the queued mock, waits for an empty outbox (at most 180 s), stops the mock
+  local waiting started ended
+  waiting=$(outbox_depth)
+  "$bin/mock-upstream" --port "$queued_mock_port" --latency-ms "$LATENCY_MS" --key bench-key >"$work/mock-q.log" 2>&1 &
+  local qmock=$!
+  started=$(date +%s.%N)
+  local deadline=$((SECONDS + 180))
+  while (( $(outbox_depth) > 0 )) && (( SECONDS < deadline )); do sleep 0.1; done
+  ended=$(date +%s.%N)
+  kill "$qmock" 2>/dev/null; wait "$qmock" 2>/dev/null || true
+  fact "${1}_waiting" "$waiting"
+  fact "${1}_left" "$(outbox_depth)"
+  fact "${1}_seconds" "$(python3 -c "print(f'{$ended - $started:.2f}')")"
+  echo "  $1: $waiting deliveries drained in $(python3 -c "print(f'{$ended - $started:.1f}')") s" >&2
+}
+if want queued; then
+  LUA=$register_lua run pw_queued "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=q$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=benchq
+  drain drain_1
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
+    --listen "127.0.0.1:$pw2_port" --admin "127.0.0.1:$pw2_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
+    2>"$work/pushwarden-2.log" &
+  pw2_pid=$!
+  wait_port "$pw2_port"
+  LUA=$register_lua run pw_queued_2 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=r$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=benchq
+  drain drain_2
+  kill "$pw2_pid" 2>/dev/null; wait "$pw2_pid" 2>/dev/null || true
 fi
 if want memory; then
   # RSS with IDLE_CONNECTIONS open client connections (each sent one request and kept alive).

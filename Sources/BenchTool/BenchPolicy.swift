@@ -6,16 +6,23 @@ enum BenchPolicy {
     /// The benchmark's policy: app `bench` with HS256 sessions and, given a JWKS file, app
     /// `benches` with ES256 sessions; both register with one Voyado upstream on `mockPort`.
     /// Secrets come from `BENCH_SESSION_SECRET` and `BENCH_VOYADO_KEY`.
-    static func yaml(mockPort: Int, jwksPath: String? = nil) -> String {
+    /// Given `queuedMockPort`, also app `benchq` (HS256) whose upstream is `delivery: queued` to
+    /// that port, for the outbox rows (accept, then drain once a mock listens there).
+    static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil) -> String {
         var text = "version: 1\napps:\n"
         text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
         if let jwksPath {
             text += app("benches", session: "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n", mockPort: mockPort)
         }
+        if let queuedMockPort {
+            text += app("benchq", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: queuedMockPort,
+                        extra: "        delivery: queued\n        retry: {attempts: 1, backoff: 50ms, max_backoff: 200ms}\n"
+                            + "        circuit: {failures: 5, within: 10s, open_for: 500ms}\n")
+        }
         return text
     }
 
-    private static func app(_ name: String, session: String, mockPort: Int) -> String {
+    private static func app(_ name: String, session: String, mockPort: Int, extra: String = "") -> String {
         """
           \(name):
             session:
@@ -32,7 +39,7 @@ enum BenchPolicy {
                 base_path: http://127.0.0.1:\(mockPort)/api/v1/acme/abc123/default
                 api_key: {env: BENCH_VOYADO_KEY}
                 timeout: 5s
-
+        \(extra)
         """
     }
 

@@ -21,13 +21,14 @@ if CommandLine.arguments.dropFirst().first == "floor" {
     exit(0)
 }
 
-/// `bench-tool policy --mock-port P [--jwks FILE]`: prints the benchmark's policy (`BenchPolicy`).
+/// `bench-tool policy --mock-port P [--jwks FILE] [--queued-mock-port Q]`: prints the benchmark's policy (`BenchPolicy`).
 if CommandLine.arguments.dropFirst().first == "policy" {
     guard let port = value("--mock-port").flatMap(Int.init) else {
         FileHandle.standardError.write(Data("usage: bench-tool policy --mock-port P [--jwks FILE]\n".utf8))
         exit(2)
     }
-    FileHandle.standardOutput.write(Data(BenchPolicy.yaml(mockPort: port, jwksPath: value("--jwks")).utf8))
+    FileHandle.standardOutput.write(Data(BenchPolicy.yaml(mockPort: port, jwksPath: value("--jwks"),
+                                                          queuedMockPort: value("--queued-mock-port").flatMap(Int.init)).utf8))
     exit(0)
 }
 

@@ -62,6 +62,18 @@ if "base_hit_hs256" in rows:
 if "base_forwarded" in rows:
     scenario("base_forwarded", "baseline P2 forwarded (info)", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", "-",
              f"{ratio(rps('base_forwarded'), rps('nginx_proxy')):.2f}x; this/base {ratio(rps('pw_forwarded'), rps('base_forwarded')):.2f}", True)
+if "pw_queued" in rows:
+    q = ratio(rps("pw_queued"), rps("pw_hit_hs256"))
+    scenario("pw_queued", "queued accept (new tokens)", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1)", ">= 0.80x P1",
+             f"{q:.2f}x", q >= 0.8)
+    for replicas in ("1", "2"):
+        waiting = float(facts.get(f"drain_{replicas}_waiting", "0") or 0)
+        seconds = float(facts.get(f"drain_{replicas}_seconds", "0") or 0)
+        left = int(float(facts.get(f"drain_{replicas}_left", "0") or 0))
+        rate = waiting / seconds if seconds else 0.0
+        d = ratio(rate, rps("pw_forwarded"))
+        table.append((f"outbox drain, {replicas} replica(s)", "-", f"{rate:.0f}", "-", "-", f"{rps('pw_forwarded'):.0f} (P2)",
+                      f"{d:.2f}x ({waiting:.0f} in {seconds:.1f}s)", ">= 0.80x P2", "PASS" if d >= 0.8 and left == 0 else "FAIL", left))
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9
