@@ -17,7 +17,7 @@ HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,forwarded,queued,tail,memory}
+SCENARIOS=${SCENARIOS:-hit,es256,forwarded,queued,tail,memory}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -92,6 +92,43 @@ BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve 
   2>"$work/pushwarden.log" &
 pw_pid=$!
 pids+=($pw_pid)
+# `cluster`: three masters and three replicas of redis-server on loopback, and a second PushWarden
+# on them (redis+cluster://), measured for P1 and P2 beside the one on a single Redis.
+cluster_pid=0
+cluster_port=$(free_port); cluster_admin=$(free_port)
+if want cluster; then
+  cluster_ports=()
+  # The cluster bus listens 10,000 above each node's port: nodes need ports of 55535 or less,
+  # with the bus port free too.
+  for _ in 1 2 3 4 5 6; do
+    cluster_ports+=("$(python3 -c 'import random, socket
+while True:
+    p = random.randint(20000, 55000)
+    try:
+        a = socket.socket(); a.bind(("127.0.0.1", p)); b = socket.socket(); b.bind(("127.0.0.1", p + 10000))
+        a.close(); b.close(); print(p); break
+    except OSError:
+        pass')")
+  done
+  for p in "${cluster_ports[@]}"; do
+    mkdir -p "$work/cluster-$p"
+    redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --cluster-enabled yes --cluster-node-timeout 2000 \
+      --cluster-config-file "$work/cluster-$p/nodes.conf" --dir "$work/cluster-$p" --daemonize no >"$work/cluster-$p/redis.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${cluster_ports[@]}"; do wait_port "$p"; done
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cluster_ports[@]}") --cluster-replicas 1 --cluster-yes >"$work/cluster-create.log" 2>&1
+  for _ in $(seq 1 100); do
+    redis-cli -p "${cluster_ports[0]}" cluster info | grep -q 'cluster_state:ok' && break
+    sleep 0.1
+  done
+  seeds=$(printf '127.0.0.1:%s,' "${cluster_ports[@]:0:3}")
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
+    --listen "127.0.0.1:$cluster_port" --admin "127.0.0.1:$cluster_admin" --redis "redis+cluster://${seeds%,}" --log-level warning $PW_FLAGS \
+    2>"$work/pushwarden-cluster.log" &
+  cluster_pid=$!
+  pids+=($cluster_pid)
+fi
 base_pid=0
 if [[ -n $PW_BASELINE ]]; then
   BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/policy.yaml" \
@@ -108,6 +145,7 @@ floor_pid=$!
 pids+=($floor_pid)
 for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
 [[ -n $PW_BASELINE ]] && wait_port "$base_port"
+want cluster && wait_port "$cluster_port"
 
 # run NAME URL CONNECTIONS DURATION [ENV=VALUE...]; LUA names the wrk script (none: plain GET)
 run() {
@@ -147,7 +185,7 @@ print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in
 cpu_ticks() {
   local out="" name pid
   ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-  for name in pushwarden:$pw_pid baseline:$base_pid redis:$redis_pid mock:$mock_pid floor:$floor_pid wrk:$1; do
+  for name in pushwarden:$pw_pid baseline:$base_pid cluster-pw:$cluster_pid redis:$redis_pid mock:$mock_pid floor:$floor_pid wrk:$1; do
     out+="${name%%:*}=$(ticks "${name#*:}") "
   done
   local workers=0
@@ -164,6 +202,7 @@ register_lua=scripts/bench/register.lua
 warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
 echo "warming the dedupe cache (${warm_seconds}s per app)..." >&2
 LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+want cluster && LUA=$register_lua run warmup_cluster "http://127.0.0.1:$cluster_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 # The baseline may keep its dedupe entries under other keys: it warms its own.
 [[ -n $PW_BASELINE ]] && LUA=$register_lua run warmup_baseline "http://127.0.0.1:$base_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
@@ -182,6 +221,7 @@ if want hit; then
   LUA= run floor_redis "http://127.0.0.1:$floor_port/redis" "$HIT_CONNECTIONS" "$DURATION"
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  want cluster && LUA=$register_lua run cluster_hit_hs256 "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
 if want tail && want hit; then
@@ -198,6 +238,7 @@ fi
 if want forwarded; then
   LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_forwarded "http://127.0.0.1:$pw_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=p$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
+  want cluster && LUA=$register_lua run cluster_forwarded "http://127.0.0.1:$cluster_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=c$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_forwarded "http://127.0.0.1:$base_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=b$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
   LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"

@@ -55,6 +55,15 @@ scenario("nginx_proxy", "nginx proxy_pass", facts.get("fwd_conns"), "-", "-", "-
 p2 = ratio(rps("pw_forwarded"), rps("nginx_proxy"))
 scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.80x", f"{p2:.2f}x", p2 >= 0.8)
 info("floor_forward", "floor: HTTP + upstream call (info)", facts.get("fwd_conns"), "nginx_proxy")
+# cluster: the same build on a three-master Redis Cluster (bars: >= 0.9x of the single-Redis rows).
+if "cluster_hit_hs256" in rows:
+    c1 = ratio(rps("cluster_hit_hs256"), rps("pw_hit_hs256"))
+    scenario("cluster_hit_hs256", "P1 hit HS256 on Redis Cluster", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1)",
+             ">= 0.90x P1", f"{c1:.2f}x", c1 >= 0.9)
+if "cluster_forwarded" in rows:
+    c2 = ratio(rps("cluster_forwarded"), rps("pw_forwarded"))
+    scenario("cluster_forwarded", "P2 forwarded on Redis Cluster", facts.get("fwd_conns"), f"{rps('pw_forwarded'):.0f} (P2)",
+             ">= 0.90x P2", f"{c2:.2f}x", c2 >= 0.9)
 # PW_BASELINE: an earlier build beside this one, same run (info rows: this build / baseline).
 if "base_hit_hs256" in rows:
     scenario("base_hit_hs256", "baseline P1 hit HS256 (info)", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", "-",
