@@ -252,32 +252,42 @@ struct PolicyReader {
     /// A URL PushWarden itself calls at the identity provider (JWKS, introspection): https, or http
     /// to a loopback host only; no credentials or fragment. A query is kept.
     func identityProviderURL(_ node: YAMLNode, _ path: String) -> String? {
+        guard let (text, parts) = httpsOrLoopbackURL(node, path, credentials: "") else { return nil }
+        guard parts.fragment == nil else {
+            checker.report(node.mark, path, "a URL must not have a fragment (#)")
+            return nil
+        }
+        return text
+    }
+
+    /// The rules every URL PushWarden calls shares: absolute, no credentials (`credentials` is
+    /// appended to that refusal), https or http to a loopback host.
+    private func httpsOrLoopbackURL(_ node: YAMLNode, _ path: String, credentials: String) -> (String, URLParts)? {
         guard let text = checker.string(node, path) else { return nil }
+        let parts: URLParts
         switch URLParts.parse(text) {
         case .failure(.credentials):
-            checker.report(node.mark, path, "a URL must not carry credentials (user:password@)")
+            checker.report(node.mark, path, "a URL must not carry credentials (user:password@)" + credentials)
             return nil
         case .failure(.malformed):
             checker.report(node.mark, path, "expected an absolute URL like https://host/path")
             return nil
-        case .success(let parts):
-            switch parts.scheme {
-            case "https": break
-            case "http":
-                guard parts.isLoopback else {
-                    checker.report(node.mark, path, "plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https")
-                    return nil
-                }
-            default:
-                checker.report(node.mark, path, "URL scheme must be https (or http to a loopback host)")
-                return nil
-            }
-            guard parts.fragment == nil else {
-                checker.report(node.mark, path, "a URL must not have a fragment (#)")
-                return nil
-            }
-            return text
+        case .success(let value):
+            parts = value
         }
+        switch parts.scheme {
+        case "https":
+            break
+        case "http":
+            guard parts.isLoopback else {
+                checker.report(node.mark, path, "plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https")
+                return nil
+            }
+        default:
+            checker.report(node.mark, path, "URL scheme must be https (or http to a loopback host)")
+            return nil
+        }
+        return (text, parts)
     }
 
     func algorithms(_ node: YAMLNode, _ path: String) -> [JWTAlgorithm]? {
@@ -571,30 +581,7 @@ struct PolicyReader {
     /// An upstream URL: https, or http to loopback only (the traffic carries provider keys and
     /// contact ids). No credentials, query or fragment; trailing slashes stripped.
     func upstreamURL(_ node: YAMLNode, _ path: String) -> String? {
-        guard let text = checker.string(node, path) else { return nil }
-        let parts: URLParts
-        switch URLParts.parse(text) {
-        case .failure(.credentials):
-            checker.report(node.mark, path, "a URL must not carry credentials (user:password@); use api_key")
-            return nil
-        case .failure(.malformed):
-            checker.report(node.mark, path, "expected an absolute URL like https://host/path")
-            return nil
-        case .success(let value):
-            parts = value
-        }
-        switch parts.scheme {
-        case "https":
-            break
-        case "http":
-            guard parts.isLoopback else {
-                checker.report(node.mark, path, "plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost); use https")
-                return nil
-            }
-        default:
-            checker.report(node.mark, path, "URL scheme must be https (or http to a loopback host)")
-            return nil
-        }
+        guard let (text, parts) = httpsOrLoopbackURL(node, path, credentials: "; use api_key") else { return nil }
         guard parts.query == nil, parts.fragment == nil else {
             checker.report(node.mark, path, "a base path must not have a query (?) or fragment (#)")
             return nil

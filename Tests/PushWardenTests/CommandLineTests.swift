@@ -167,36 +167,13 @@ import Testing
         #expect(!logText.contains(token))
     }
 
-    /// `serve` on ports the kernel picks; returns once the first log line names them.
+    /// `serve` on the example policy, ports the kernel picks, with its stderr drained from then on
+    /// (nothing reads it, so the sidecar never blocks on a full pipe).
     static func startSidecar(environment: [String: String]) throws -> (process: Process, listen: String, admin: String) {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = ["serve", "--policy", "policies/example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
-        process.currentDirectoryURL = packageRoot
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let err = Pipe()
-        process.standardError = err
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        var logText = ""
-        let deadline = Date().addingTimeInterval(20)
-        while !logText.contains("pushwarden listening"), Date() < deadline {
-            let chunk = err.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            logText += String(decoding: chunk, as: UTF8.self)
-        }
-        guard let line = logText.split(separator: "\n").first(where: { $0.contains("pushwarden listening") }),
-              let fields = try? JSONValue.parse(String(line)).objectValue,
-              let listen = fields["listen"]?.stringValue, let admin = fields["admin"]?.stringValue else {
-            process.terminate()
-            throw StartFailure(log: logText)
-        }
-        // Nothing reads stderr from here on: send it nowhere so the sidecar never blocks on a full pipe.
+        let (process, err, _, listen, admin) = try serve([], environment: environment)
         err.fileHandleForReading.readabilityHandler = { _ = $0.availableData }
         return (process, listen, admin)
     }
-
-    struct StartFailure: Error { var log: String }
 
     /// The container's HEALTHCHECK: 0 and one line when /healthz answers 200 (by flag or by
     /// PUSHWARDEN_ADMIN, a wildcard address reached on loopback), 1 and one line otherwise.
