@@ -1,3 +1,5 @@
+import PWCore
+
 /// The server-to-server operations on one contact's installations (contract section 8), beneath
 /// the admin listener's HTTP edge: what the edge calls once the admin token, the app and the
 /// contact id are checked.
