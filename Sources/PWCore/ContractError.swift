@@ -25,6 +25,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     case rateLimited = "rate_limited"
     case upstreamAuthFailed = "upstream_auth_failed"
     case upstreamUnavailable = "upstream_unavailable"
+    /// The store (Redis) did not answer an operation that cannot proceed without it (the
+    /// server-to-server API's list and erase): try again after `Retry-After`.
+    case storeUnavailable = "store_unavailable"
     case `internal`
 
     /// The HTTP status the contract assigns to this code.
@@ -43,7 +46,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
         case .upstreamRejected: return 422
         case .rateLimited: return 429
         case .upstreamAuthFailed: return 502
-        case .upstreamUnavailable: return 503
+        case .upstreamUnavailable, .storeUnavailable: return 503
         case .internal: return 500
         }
     }

@@ -38,13 +38,16 @@ public struct AppPolicy: Sendable, Equatable {
     public var client: ClientPolicy
     public var dedupe: DedupePolicy
     public var upstreams: [UpstreamPolicy]
+    public var inventory: InventoryPolicy
 
-    public init(id: String, session: SessionPolicy, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy]) {
+    public init(id: String, session: SessionPolicy, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
+                inventory: InventoryPolicy = InventoryPolicy()) {
         self.id = id
         self.session = session
         self.client = client
         self.dedupe = dedupe
         self.upstreams = upstreams
+        self.inventory = inventory
     }
 
     /// The upstream whose outcome answers the client.
@@ -155,16 +158,28 @@ public struct ClientPolicy: Sendable, Equatable {
     public var maxEvents: Int
     /// Per-contact limits by route (`register`, `unregister`, `events`); empty when unlimited.
     public var rateLimits: [String: RateLimit]
+    /// Most installations one contact keeps (`max_installations`); registering one more evicts the
+    /// least recently seen. Nil: no cap.
+    public var maxInstallations: Int?
 
     public init(platforms: [Platform], contactID: ContactIDMode = .verify, unknownFields: UnknownFields = .reject,
-                maxBody: Int = 16 * 1024, maxEvents: Int = 100, rateLimits: [String: RateLimit] = [:]) {
+                maxBody: Int = 16 * 1024, maxEvents: Int = 100, rateLimits: [String: RateLimit] = [:], maxInstallations: Int? = nil) {
         self.platforms = platforms
         self.contactID = contactID
         self.unknownFields = unknownFields
         self.maxBody = maxBody
         self.maxEvents = maxEvents
         self.rateLimits = rateLimits
+        self.maxInstallations = maxInstallations
     }
+}
+
+/// What the inventory of a contact's installations keeps (`apps.<id>.inventory`).
+public struct InventoryPolicy: Sendable, Equatable {
+    /// An installation not registered again for this long is unregistered upstream and forgotten
+    /// (`expire_after`, at least 1 s). Nil: installations never expire.
+    public var expireAfterMillis: Int?
+    public init(expireAfterMillis: Int? = nil) { self.expireAfterMillis = expireAfterMillis }
 }
 
 public struct DedupePolicy: Sendable, Equatable {

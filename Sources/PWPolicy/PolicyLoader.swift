@@ -138,13 +138,14 @@ struct PolicyReader {
     }
 
     func app(id: String, _ node: YAMLNode, _ path: String) -> AppPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams"])
+        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory"])
         let session = fields.required("session").flatMap { self.session($0, fields.at("session")) }
         let client = fields.required("client").flatMap { self.client($0, fields.at("client")) }
         let dedupe = fields["dedupe"].map { self.dedupe($0, fields.at("dedupe")) } ?? DedupePolicy(refreshAfterSeconds: 7 * 86_400)
         let upstreams = fields.required("upstreams").flatMap { self.upstreams($0, fields.at("upstreams")) }
-        guard let session, let client, let dedupe, let upstreams else { return nil }
-        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams)
+        let inventory = fields["inventory"].map { self.inventory($0, fields.at("inventory")) } ?? InventoryPolicy()
+        guard let session, let client, let dedupe, let upstreams, let inventory else { return nil }
+        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory)
     }
 
     // MARK: session
@@ -343,7 +344,8 @@ struct PolicyReader {
 
     func client(_ node: YAMLNode, _ path: String) -> ClientPolicy? {
         let fields = Fields(checker, node, path,
-                            allowed: ["platforms", "contact_id", "unknown_fields", "max_body", "max_events", "rate_limits"])
+                            allowed: ["platforms", "contact_id", "unknown_fields", "max_body", "max_events", "rate_limits",
+                                      "max_installations"])
         guard fields.isMapping else { return nil }
         let platforms = fields.required("platforms").flatMap { self.platforms($0, fields.at("platforms")) }
         var contactID: ClientPolicy.ContactIDMode? = .verify
@@ -372,9 +374,14 @@ struct PolicyReader {
             }
             rateLimits = ok ? parsed : nil
         }
-        guard let platforms, let contactID, let unknownFields, let maxBody, let maxEvents, let rateLimits else { return nil }
+        var maxInstallations: Int?? = .some(nil)
+        if let node = fields["max_installations"] {
+            maxInstallations = checker.int(node, fields.at("max_installations"), in: 1...1000).map { .some($0) }
+        }
+        guard let platforms, let contactID, let unknownFields, let maxBody, let maxEvents, let rateLimits,
+              let maxInstallations else { return nil }
         return ClientPolicy(platforms: platforms, contactID: contactID, unknownFields: unknownFields, maxBody: maxBody,
-                            maxEvents: maxEvents, rateLimits: rateLimits)
+                            maxEvents: maxEvents, rateLimits: rateLimits, maxInstallations: maxInstallations)
     }
 
     func platforms(_ node: YAMLNode, _ path: String) -> [Platform]? {
@@ -399,6 +406,16 @@ struct PolicyReader {
             result.append(platform)
         }
         return ok ? result : nil
+    }
+
+    // MARK: inventory
+
+    func inventory(_ node: YAMLNode, _ path: String) -> InventoryPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["expire_after"])
+        guard fields.isMapping else { return nil }
+        guard let expire = fields["expire_after"] else { return InventoryPolicy() }
+        guard let millis = checker.duration(expire, fields.at("expire_after"), min: 1000, max: nil) else { return nil }
+        return InventoryPolicy(expireAfterMillis: millis)
     }
 
     // MARK: dedupe

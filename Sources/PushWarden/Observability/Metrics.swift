@@ -46,6 +46,7 @@ public final class Metrics: Sendable {
         var policyReloads: [[String]: UInt64] = [:]       // result
         var policySHA256: String?
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
+        var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
     }
 
     private let state = Mutex(State())
@@ -137,6 +138,19 @@ public final class Metrics: Sendable {
         state.withLock { $0.outboxDead[[app, upstream], default: 0] += 1 }
     }
 
+    /// An installation left a contact's inventory, unregistered upstream: `reason` is `expired`,
+    /// `evicted` (over `client.max_installations`) or `erased`.
+    public func inventoryRemoved(app: String, reason: String) {
+        state.withLock { $0.inventoryRemovals[[app, reason], default: 0] += 1 }
+    }
+
+    /// An app whose inventory expires: its `pushwarden_inventory_expired_total` exists from now on.
+    public func inventoryWatched(app: String) {
+        state.withLock { state in
+            state.inventoryRemovals[[app, "expired"]] = state.inventoryRemovals[[app, "expired"]] ?? 0
+        }
+    }
+
     /// The Prometheus text exposition format, version 0.0.4.
     public func render(storeUp: Bool? = nil) -> String {
         let snapshot = state.withLock { $0 }
@@ -170,6 +184,11 @@ public final class Metrics: Sendable {
             family("pushwarden_outbox_dead_total", "Deliveries moved to the dead-letter stream.", "counter", ["app", "upstream"],
                    snapshot.outboxDead)
         }
+        let expired = snapshot.inventoryRemovals.filter { $0.key[1] == "expired" }
+        family("pushwarden_inventory_expired_total", "Installations unregistered and forgotten after inventory.expire_after.", "counter",
+               ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
+        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased).",
+               "counter", ["app", "reason"], snapshot.inventoryRemovals)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

@@ -125,6 +125,8 @@ public struct FluxerAdapter: UpstreamAdapter {
         return trimmed
     }
 
+    public func forwardedCredential(_ context: CallContext) -> String? { try? session(context) }
+
     // MARK: Register
 
     public func accepts(_ installation: Installation) -> Bool {

@@ -4,10 +4,11 @@ import PWCrypto
 
 /// The value cached for a registration: a hash of everything PushWarden forwards for it (the
 /// installation as validated, the session's contact, and the upstream's request-shaping
-/// settings), so any change is forwarded again. Identities a provider handed back are not part of
-/// it: they follow from the registration.
+/// settings, and the user's own credential when the provider takes one), so any change is
+/// forwarded again. Identities a provider handed back are not part of it: they follow from the
+/// registration. The credential enters only this hash, never the store.
 enum Fingerprint {
-    static func of(_ installation: Installation, contactID: String, settings: String) -> String {
+    static func of(_ installation: Installation, contactID: String, settings: String, credential: String? = nil) -> String {
         let m = installation.metadata
         var material: [UInt8] = []
         material.reserveCapacity(320)
@@ -30,6 +31,7 @@ enum Fingerprint {
         add(m.timezone)
         add(contactID)
         add(settings)
+        if let credential { add(credential) }
         // The first 16 bytes as hex: the first 32 hex digits of the digest.
         return Hex.encode(SHA256.hash(material).prefix(16))
     }

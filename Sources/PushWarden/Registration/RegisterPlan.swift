@@ -12,6 +12,8 @@ struct RegisterPlan: Sendable {
     }
 
     let steps: [(caller: UpstreamCaller, step: Step)]
+    /// The app's `inventory.expire_after`: how fresh a dedupe hit keeps the last-seen time.
+    var expireAfterMillis: Int? = nil
 
     /// Looks every dedupe entry up on `loop`; `completion` gets the cached values (nil where
     /// there is nothing to look at or the store failed: those are looked at again, or forwarded

@@ -19,13 +19,17 @@ final class Registrar: Sendable {
     let logger: Logger
     /// The durable outbox, with the Redis store; nil on the memory store.
     let outbox: Outbox?
+    /// Each contact's installations: where an unregister goes, what an erasure removes.
+    let inventory: Inventory
 
-    init(deduper: Deduper, identities: IdentityStore, metrics: Metrics, logger: Logger, outbox: Outbox? = nil) {
+    init(deduper: Deduper, identities: IdentityStore, metrics: Metrics, logger: Logger, outbox: Outbox? = nil,
+         inventory: Inventory? = nil) {
         self.deduper = deduper
         self.identities = identities
         self.metrics = metrics
         self.logger = logger
         self.outbox = outbox
+        self.inventory = inventory ?? Inventory(store: MemoryInventoryStore())
     }
 
     /// Who asks: the app, the session's contact (and the client's headers, for providers that
@@ -52,7 +56,7 @@ final class Registrar: Sendable {
             if caller.policy.role == .primary, case .refused(.refusedBeforeCall(let error)) = step { throw error }
             steps.append((caller, step))
         }
-        return RegisterPlan(steps: steps)
+        return RegisterPlan(steps: steps, expireAfterMillis: origin.app.policy.inventory.expireAfterMillis)
     }
 
     private func step(_ installation: Installation, at caller: UpstreamCaller, origin: Origin) -> RegisterPlan.Step {
@@ -64,7 +68,8 @@ final class Registrar: Sendable {
             return .refused(.refusedBeforeCall(error))
         }
         return .dedupe(RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: installation.pushToken),
-                       fingerprint: Fingerprint.of(installation, contactID: origin.context.contactID, settings: adapter.settingsDigest))
+                       fingerprint: Fingerprint.of(installation, contactID: origin.context.contactID, settings: adapter.settingsDigest,
+                                                   credential: adapter.forwardedCredential(origin.context)))
     }
 
     /// Registers `installation` at every upstream of the plan, through dedupe; `cached` holds what
@@ -90,6 +95,7 @@ final class Registrar: Sendable {
             }
         }
         let outcomes = results.map { name, result in (name, result.0) }
+        await keep(installation, outcomes: outcomes, origin: origin)
         logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(installation.pushToken)),
                                     ("contact", Redact.contact(origin.context.contactID))])
         if let previous = installation.previousPushToken, origin.app.primarySucceeded(outcomes) {
@@ -269,19 +275,77 @@ final class Registrar: Sendable {
 
     // MARK: Unregister
 
-    /// Forgets the token and removes it at every upstream of the app: queued for a `delivery:
+    /// Removes the token where the inventory says it is registered (at every upstream that can
+    /// address it when the inventory does not know it), and forgets it: queued for a `delivery:
     /// queued` upstream; a sync removal that fails after its retries is queued too when the outbox
-    /// exists, so a logout is never lost.
+    /// exists, so a logout is never lost. An unregister is bound to its contact: when another
+    /// contact holds the token now, nothing is removed (`skipped` everywhere).
     func unregister(_ pushToken: String, from origin: Origin) async -> [(String, UpstreamOutcome)] {
-        await origin.app.eachUpstream { [self] caller in
-            if caller.policy.delivery == .queued {
-                return await enqueueUnregister(pushToken, at: caller, origin: origin)
+        let scope = await removalScope(of: pushToken, origin: origin)
+        if case .anotherContact = scope {
+            logger.info("unregister from a contact that no longer holds the token; nothing removed", [
+                ("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(pushToken)),
+                ("contact", Redact.contact(origin.context.contactID)),
+            ])
+            return origin.app.upstreams.map { ($0.adapter.name, UpstreamOutcome.skipped) }
+        }
+        let outcomes = await origin.app.eachUpstream { [self] caller -> UpstreamOutcome in
+            guard scope.includes(caller.adapter.name) else { return .skipped }
+            return await remove(pushToken, at: caller, origin: origin)
+        }
+        if case .holder(let contact, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
+            do {
+                _ = try await inventory.forget(TokenKeys(app: origin.appID, pushToken: pushToken), contact: contact, app: origin.appID)
+            } catch {
+                inventoryUnavailable(error, app: origin.appID)
             }
-            let outcome = await unregister(pushToken, at: caller, from: origin)
-            if case .failed(.unavailable) = outcome, outbox?.takes(app: origin.appID, upstream: caller.adapter.name) == true {
-                return await enqueueUnregister(pushToken, at: caller, origin: origin, after: outcome)
+        }
+        return outcomes
+    }
+
+    /// One token's removal at one upstream as an unregister makes it: queued for a `delivery:
+    /// queued` upstream, called now otherwise, and queued after all when the call fails and the
+    /// upstream has an outbox.
+    func remove(_ pushToken: String, at caller: UpstreamCaller, origin: Origin) async -> UpstreamOutcome {
+        if caller.policy.delivery == .queued {
+            return await enqueueUnregister(pushToken, at: caller, origin: origin)
+        }
+        let outcome = await unregister(pushToken, at: caller, from: origin)
+        if case .failed(.unavailable) = outcome, outbox?.takes(app: origin.appID, upstream: caller.adapter.name) == true {
+            return await enqueueUnregister(pushToken, at: caller, origin: origin, after: outcome)
+        }
+        return outcome
+    }
+
+    /// Where an unregister goes, by the inventory.
+    enum RemovalScope: Sendable {
+        /// The inventory does not know the token (registered before PushWarden kept one, or the
+        /// store did not answer): every upstream that can address it.
+        case everywhere
+        /// The contact holds it, at these upstreams.
+        case holder(ContactKeys, upstreams: Set<String>)
+        /// Another contact holds it now.
+        case anotherContact
+
+        func includes(_ upstream: String) -> Bool {
+            switch self {
+            case .everywhere: return true
+            case .holder(_, let upstreams): return upstreams.contains(upstream)
+            case .anotherContact: return false
             }
-            return outcome
+        }
+    }
+
+    private func removalScope(of pushToken: String, origin: Origin) async -> RemovalScope {
+        let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
+        do {
+            guard let holder = try await inventory.holder(of: pushToken, app: origin.appID) else { return .everywhere }
+            guard holder == contact else { return .anotherContact }
+            guard let kept = try await inventory.kept(pushToken, contact: contact, app: origin.appID) else { return .everywhere }
+            return .holder(contact, upstreams: Set(kept.stored.upstreams))
+        } catch {
+            inventoryUnavailable(error, app: origin.appID)
+            return .everywhere
         }
     }
 

@@ -15,6 +15,19 @@ public enum UpstreamOutcome: Sendable, Equatable {
         return false
     }
 
+    public var isFailure: Bool {
+        if case .failed = self { return true }
+        return false
+    }
+
+    /// Whether the upstream holds the registration (or will, from the outbox) after this outcome.
+    public var holdsRegistration: Bool {
+        switch self {
+        case .forwarded, .unchanged, .queued: return true
+        case .skipped, .failed: return false
+        }
+    }
+
     /// The outcome's name in a client's `upstreams` map.
     public var name: String {
         switch self {

@@ -145,6 +145,7 @@ public final class ClientAPIHandler: HTTPHandler {
                                             ("token", Redact.token(installation.pushToken)),
                                             ("contact", Redact.contact(accepted.session.contactID))])
                 responder.respond(answer(upstreams(unchanged, accepted), accepted))
+                registrar.seen(installation, plan: plan, outcomes: unchanged, origin: accepted.origin)
                 return
             }
             Task(executorPreference: loop) { [self] in

@@ -189,16 +189,18 @@ public final class Sidecar: Sendable {
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
         let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values)) }
+        let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox)
+                                  outbox: outbox, inventory: Inventory(store: inventoryStore))
         let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
-        outboxTasks = outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics,
-                                                    logger: outboxLogger) } ?? []
+        outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics,
+                                                     logger: outboxLogger) } ?? [])
+            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory"))]
         let threads = parts.loopCount
         do {
             clientServer = try HTTPServer(
@@ -311,6 +313,13 @@ public final class Sidecar: Sendable {
             }
         })
         return tasks
+    }
+
+    /// The inventory's expiry sweeper (it idles while no app sets `inventory.expire_after`).
+    private static func startSweeper(registrar: Registrar, handler: ClientAPIHandler, metrics: Metrics, logger: Logger) -> Task<Void, Never> {
+        for app in handler.apps.values where app.policy.inventory.expireAfterMillis != nil { metrics.inventoryWatched(app: app.policy.id) }
+        let sweeper = ExpirySweeper(registrar: registrar, apps: { handler.apps }, metrics: metrics, logger: logger)
+        return Task.detached { await sweeper.run() }
     }
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then stops the

@@ -93,7 +93,7 @@ public final class RedisStore: DedupeStore {
 
     /// Runs a script by its SHA-1 (Redis keeps compiled scripts), sending the source only when
     /// this Redis has not seen it yet (after a restart or SCRIPT FLUSH), which also caches it.
-    private func evaluate(_ script: LuaScript, keys: [String], arguments: [String]) async throws(StoreError) -> RedisReply {
+    func evaluate(_ script: LuaScript, keys: [String], arguments: [String]) async throws(StoreError) -> RedisReply {
         let tail = [String(keys.count)] + keys + arguments
         do {
             return try await send(["EVALSHA", script.sha1] + tail)
@@ -125,7 +125,7 @@ public final class RedisStore: DedupeStore {
 
     /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
     /// through the client's pipelined pool.
-    private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
+    func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
         let result: Result<RedisReply, RedisError>
         if let loop = EventLoop.current {
             let bytes = arguments.map { Array($0.utf8) }

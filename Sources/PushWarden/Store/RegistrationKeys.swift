@@ -31,8 +31,10 @@ public struct RegistrationKeys: Sendable, Equatable {
 }
 
 /// Where the state of one contact of one app lives, under the contact's hash tag
-/// (`pw:v2:{c:<sha256(app, contact)>}:...`): its rate-limit counters now, its inventory later.
-public struct ContactKeys: Sendable, Equatable {
+/// (`pw:v2:{c:<sha256(app, contact)>}:...`): its rate-limit counters and its inventory.
+public struct ContactKeys: Sendable, Equatable, Hashable {
+    /// The hex SHA-256 of app and contact id: what other keys refer to the contact by.
+    public let digest: String
     /// `pw:v2:{c:<digest>}:`, the prefix every key of the contact starts with.
     public let prefix: String
 
@@ -40,9 +42,55 @@ public struct ContactKeys: Sendable, Equatable {
         var material = Array(app.utf8)
         material.append(0)
         material.append(contentsOf: contactID.utf8)
-        prefix = "pw:v2:{c:" + SHA256.hexHash(material) + "}:"
+        self.init(digest: SHA256.hexHash(material))
+    }
+
+    /// The keys of a contact known only by its digest (the owner of a token, an expiry entry).
+    public init(digest: String) {
+        self.digest = digest
+        prefix = "pw:v2:{c:" + digest + "}:"
     }
 
     /// The rate-limit state of one route (`register`, `unregister`, `events`).
     public func rateLimit(route: String) -> String { prefix + "rate:" + route }
+
+    /// The contact's installations: a hash from token digest to the sealed installation record.
+    public var inventory: String { prefix + "inv" }
+}
+
+/// Where the inventory keeps one push token of one app, under the token's own hash tag
+/// (`pw:v2:{t:<sha256(app, token)>}:owner`): which contact holds it now, so a move is found.
+public struct TokenKeys: Sendable, Equatable {
+    /// The hex SHA-256 of app and push token: the token's field in its contact's inventory.
+    public let digest: String
+    /// The digest of the contact that holds the token.
+    public let owner: String
+
+    public init(app: String, pushToken: String) {
+        var material = Array(app.utf8)
+        material.append(0)
+        material.append(contentsOf: pushToken.utf8)
+        self.init(digest: SHA256.hexHash(material))
+    }
+
+    public init(digest: String) {
+        self.digest = digest
+        owner = "pw:v2:{t:" + digest + "}:owner"
+    }
+}
+
+/// The per-app keys of the inventory, each its own hash tag (`pw:v2:{inv:<app digest>}:...`).
+public struct AppInventoryKeys: Sendable, Equatable {
+    /// Every installation of the app by when it was last seen: a sorted set of
+    /// `<contact digest>:<token digest>` scored by milliseconds since the epoch. What the expiry
+    /// sweeper reads, oldest first.
+    public let seen: String
+    /// The sweeper's lease: one replica at a time sweeps an app.
+    public let sweepLease: String
+
+    public init(app: String) {
+        let tag = "pw:v2:{inv:" + SHA256.hexHash(Array(app.utf8)) + "}:"
+        seen = tag + "seen"
+        sweepLease = tag + "sweep"
+    }
 }

@@ -70,6 +70,10 @@ public protocol UpstreamAdapter: Sendable {
     /// (Fluxer): such calls cannot be made later from the outbox, since PushWarden never stores
     /// that credential.
     var needsCallerCredential: Bool { get }
+    /// The end user's own credential this call would carry (Fluxer's session), for the
+    /// registration's fingerprint only: the same registration under another user's session is
+    /// forwarded again. Never stored, never logged; nil for providers that take none.
+    func forwardedCredential(_ context: CallContext) -> String?
     /// The error codes the provider's own document lists in its error tables: the only codes of
     /// the provider's that reach a client's `upstream_code` or a log line as they are (see
     /// `UpstreamErrorCode`). No default: each provider declares its own, in its own file.
@@ -114,6 +118,7 @@ extension UpstreamAdapter {
     public var keepsIdentity: Bool { false }
     public var settingsDigest: String { "" }
     public var needsCallerCredential: Bool { false }
+    public func forwardedCredential(_ context: CallContext) -> String? { nil }
 
     public func validate(_ installation: Installation, context: CallContext) throws(ContractError) {}
 

@@ -1,0 +1,102 @@
+import ClientAPI
+import PWCore
+import Synchronization
+
+/// The installations of each contact (contract section 8), over an `InventoryStore`: what is
+/// kept per installation, sealed where it is a token or a contact id, and when a dedupe hit is
+/// worth a write of its last-seen time.
+final class Inventory: Sendable {
+    let store: any InventoryStore
+    let sealer: StoreSealer
+    /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
+    let clock: @Sendable () -> Int64
+
+    /// When this process last wrote each installation's last-seen time on a dedupe hit (by the
+    /// registration's fingerprint, monotonic nanoseconds). Bounded: emptied when it grows past
+    /// `touchMemory`, which at worst costs one write per installation.
+    private let touched = Mutex<[String: UInt64]>([:])
+    private static let touchMemory = 200_000
+
+    init(store: any InventoryStore, sealer: StoreSealer = .none,
+         clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) }) {
+        self.store = store
+        self.sealer = sealer
+        self.clock = clock
+    }
+
+    /// One kept installation, opened.
+    struct Kept: Sendable {
+        let stored: StoredInstallation
+        /// Nil when the record cannot be opened (sealed under a key this process does not hold).
+        let pushToken: String?
+        let contactID: String?
+
+        var summaryToken: String { pushToken.map(Redact.token) ?? "tok:" + stored.token.digest.prefix(8) }
+    }
+
+    // MARK: Writing
+
+    /// Records that `upstreams` hold `installation` for `contactID`.
+    func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String]) async throws(StoreError) -> InventoryWriteResult {
+        let payload = JSONValue.object(JSONObject([
+            JSONMember("t", .string(installation.pushToken)),
+            JSONMember("c", .string(contactID)),
+        ])).encodedString()
+        return try await store.record(InventoryWrite(
+            contact: ContactKeys(app: app, contactID: contactID), token: TokenKeys(app: app, pushToken: installation.pushToken),
+            app: AppInventoryKeys(app: app), sealed: sealer.seal(payload), platform: installation.platform.rawValue,
+            pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()))
+    }
+
+    /// Whether a dedupe hit should refresh the installation's last-seen time now: at most once
+    /// per `intervalMillis` per installation and process.
+    func touchDue(_ key: String, intervalMillis: Int) -> Bool {
+        let now = MonotonicClock.nowNanos()
+        let interval = UInt64(max(intervalMillis, 1)) * 1_000_000
+        return touched.withLock { touched in
+            if let last = touched[key], now - last < interval { return false }
+            if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
+            touched[key] = now
+            return true
+        }
+    }
+
+    /// How stale a last-seen time may get on dedupe hits: a tenth of `expire_after`, and at most
+    /// a day (contract section 8), so a device that keeps registering is never expired.
+    static func touchIntervalMillis(expireAfterMillis: Int?) -> Int {
+        let day = 86_400_000
+        guard let expire = expireAfterMillis else { return day }
+        return max(1, min(expire / 10, day))
+    }
+
+    // MARK: Reading
+
+    func holder(of pushToken: String, app: String) async throws(StoreError) -> ContactKeys? {
+        try await store.owner(of: TokenKeys(app: app, pushToken: pushToken))
+    }
+
+    func kept(_ pushToken: String, contact: ContactKeys, app: String) async throws(StoreError) -> Kept? {
+        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact).map(open)
+    }
+
+    func kept(_ token: TokenKeys, contact: ContactKeys) async throws(StoreError) -> Kept? {
+        try await store.installation(token, of: contact).map(open)
+    }
+
+    func all(of contact: ContactKeys) async throws(StoreError) -> [Kept] {
+        try await store.installations(of: contact).map(open)
+    }
+
+    /// Removes the installation from the contact's inventory, only while its record is still
+    /// `expected` when given (an erasure must not drop a record a registration just rewrote).
+    func forget(_ token: TokenKeys, contact: ContactKeys, app: String, ifStill expected: String? = nil) async throws(StoreError) -> Bool {
+        try await store.remove(token, of: contact, app: AppInventoryKeys(app: app), ifStill: expected)
+    }
+
+    private func open(_ stored: StoredInstallation) -> Kept {
+        guard let text = sealer.open(stored.sealed), let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue else {
+            return Kept(stored: stored, pushToken: nil, contactID: nil)
+        }
+        return Kept(stored: stored, pushToken: object["t"]?.stringValue, contactID: object["c"]?.stringValue)
+    }
+}

@@ -1,0 +1,120 @@
+import ClientAPI
+import PWCore
+
+/// What the registration operations keep in, and take from, each contact's inventory: the record
+/// of a registration, the last-seen time of a dedupe hit, and the removal of installations a
+/// contact no longer has (evicted over its cap, expired, erased).
+extension Registrar {
+    // MARK: Keeping
+
+    /// Records which upstreams hold `installation` after a registration; the token leaves the
+    /// inventory of a contact that held it before; over `client.max_installations`, the least
+    /// recently seen other installation is evicted. A store failure is logged: the registration
+    /// stands, only its record is missing.
+    func keep(_ installation: Installation, outcomes: [(String, UpstreamOutcome)], origin: Origin) async {
+        let holding = outcomes.filter { $0.1.holdsRegistration }.map(\.0)
+        guard !holding.isEmpty else { return }
+        let appID = origin.appID
+        do {
+            let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding)
+            if let previous = result.previousOwner {
+                _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID)
+            }
+            if let cap = origin.app.policy.client.maxInstallations, result.isNew, result.count > cap {
+                await evict(result.count - cap, keeping: installation.pushToken, origin: origin)
+            }
+        } catch {
+            inventoryUnavailable(error, app: appID)
+        }
+    }
+
+    /// A registration every upstream already had: its last-seen time is written at most once per
+    /// `Inventory.touchIntervalMillis` per installation and process, off the answer's path, so a
+    /// dedupe hit costs one dictionary lookup here, not a store write.
+    func seen(_ installation: Installation, plan: RegisterPlan, outcomes: [(String, UpstreamOutcome)], origin: @autoclosure () -> Origin) {
+        guard let key = plan.steps.lazy.compactMap({ entry -> String? in
+            if case .dedupe(_, let fingerprint) = entry.step { return fingerprint }
+            return nil
+        }).first else { return }
+        let interval = Inventory.touchIntervalMillis(expireAfterMillis: plan.expireAfterMillis)
+        guard inventory.touchDue(key, intervalMillis: interval) else { return }
+        let origin = origin()
+        Task { [self] in await keep(installation, outcomes: outcomes, origin: origin) }
+    }
+
+    func inventoryUnavailable(_ error: StoreError, app: String) {
+        logger.bounded(.warning, "inventory store unavailable", key: "inventory" + app, [("app", app), ("error", error.detail)])
+    }
+
+    // MARK: Removing
+
+    /// Why an installation leaves the inventory without its device asking: the metric's `reason`.
+    enum Removal: String, Sendable {
+        case evicted, expired, erased
+    }
+
+    /// Evicts the `count` least recently seen installations of the origin's contact other than
+    /// `keeping`, unregistering them upstream with the request's own context (so a provider that
+    /// takes the user's credential is called with it).
+    private func evict(_ count: Int, keeping pushToken: String, origin: Origin) async {
+        let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
+        let current = TokenKeys(app: origin.appID, pushToken: pushToken)
+        do {
+            let victims = try await inventory.all(of: contact)
+                .filter { $0.stored.token != current }
+                .sorted { ($0.stored.lastSeenMillis, $0.stored.token.digest) < ($1.stored.lastSeenMillis, $1.stored.token.digest) }
+                .prefix(count)
+            for victim in victims {
+                _ = await remove(victim, contact: contact, origin: origin, reason: .evicted)
+            }
+        } catch {
+            inventoryUnavailable(error, app: origin.appID)
+        }
+    }
+
+    /// Unregisters one kept installation at every upstream its record names (through the outbox
+    /// when one is down), forgets its dedupe entries and identities at every upstream, and removes
+    /// its record unless a removal failed (so the next attempt finds it) or a registration rewrote
+    /// it meanwhile. An upstream that takes only the user's own credential is `skipped` when the
+    /// origin carries none. Returns each upstream's outcome.
+    func remove(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)] {
+        let listed = Set(kept.stored.upstreams)
+        let outcomes: [(String, UpstreamOutcome)]
+        if let pushToken = kept.pushToken {
+            outcomes = await origin.app.eachUpstream { [self] caller -> UpstreamOutcome in
+                let name = caller.adapter.name
+                let callable = !caller.adapter.needsCallerCredential || caller.adapter.forwardedCredential(origin.context) != nil
+                guard listed.contains(name), callable else {
+                    await forgetState(pushToken, at: caller, app: origin.appID)
+                    return .skipped
+                }
+                return await remove(pushToken, at: caller, origin: origin)
+            }
+        } else {
+            // Sealed under a key this process does not hold: nothing can be called; the record goes.
+            outcomes = origin.app.upstreams.map { ($0.adapter.name, UpstreamOutcome.skipped) }
+        }
+        if !outcomes.contains(where: { $0.1.isFailure }) {
+            do {
+                if try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw) {
+                    metrics.inventoryRemoved(app: origin.appID, reason: reason.rawValue)
+                }
+            } catch {
+                inventoryUnavailable(error, app: origin.appID)
+            }
+        }
+        logger.info("installation removed", [
+            ("app", origin.appID), ("reason", reason.rawValue), ("request_id", origin.requestID), ("token", kept.summaryToken),
+            ("contact", Redact.contact(kept.contactID ?? origin.context.contactID)),
+            ("upstreams", outcomes.map { $0.0 + "=" + $0.1.name }.joined(separator: ",")),
+        ])
+        return outcomes
+    }
+
+    /// Forgets what is kept for a token at an upstream that is not called.
+    private func forgetState(_ pushToken: String, at caller: UpstreamCaller, app: String) async {
+        let keys = RegistrationKeys(app: app, upstream: caller.adapter.name, pushToken: pushToken)
+        await deduper.forget(keys: keys, app: app)
+        if caller.adapter.keepsIdentity { await identities.delete(keys, upstream: caller.adapter.name) }
+    }
+}

@@ -1,0 +1,83 @@
+import PWCore
+import Synchronization
+
+/// The embedded store's inventory: one process, nothing shared, nothing survives a restart.
+final class MemoryInventoryStore: InventoryStore {
+    private struct State {
+        /// Contact digest → token digest → stored record.
+        var inventories: [String: [String: String]] = [:]
+        /// Token digest → contact digest.
+        var owners: [String: String] = [:]
+        /// App index key → seen member → last seen (ms).
+        var seen: [String: [String: Int64]] = [:]
+        /// Lease key → (owner, expiry in monotonic nanoseconds).
+        var leases: [String: (String, UInt64)] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    func record(_ write: InventoryWrite) async throws(StoreError) -> InventoryWriteResult {
+        state.withLock { state in
+            let previous = state.owners.updateValue(write.contact.digest, forKey: write.token.digest)
+            var records = state.inventories[write.contact.digest, default: [:]]
+            let existing = records[write.token.digest].flatMap { StoredInstallation.decode($0, token: write.token) }
+            var upstreams = existing?.upstreams ?? []
+            for name in write.upstreams where !upstreams.contains(name) { upstreams.append(name) }
+            records[write.token.digest] = StoredInstallation.encode(
+                sealed: write.sealed, platform: write.platform, pushService: write.pushService, upstreams: upstreams,
+                firstSeen: existing?.firstSeenMillis ?? write.nowMillis, lastSeen: write.nowMillis)
+            state.inventories[write.contact.digest] = records
+            state.seen[write.app.seen, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
+            let moved = previous.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
+            return InventoryWriteResult(previousOwner: moved, isNew: existing == nil, count: records.count)
+        }
+    }
+
+    func owner(of token: TokenKeys) async throws(StoreError) -> ContactKeys? {
+        state.withLock { $0.owners[token.digest].map(ContactKeys.init(digest:)) }
+    }
+
+    func installation(_ token: TokenKeys, of contact: ContactKeys) async throws(StoreError) -> StoredInstallation? {
+        state.withLock { $0.inventories[contact.digest]?[token.digest] }.flatMap { StoredInstallation.decode($0, token: token) }
+    }
+
+    func installations(of contact: ContactKeys) async throws(StoreError) -> [StoredInstallation] {
+        let records = state.withLock { $0.inventories[contact.digest] ?? [:] }
+        return records.compactMap { StoredInstallation.decode($0.value, token: TokenKeys(digest: $0.key)) }
+    }
+
+    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?) async throws(StoreError) -> Bool {
+        state.withLock { state in
+            let current = state.inventories[contact.digest]?[token.digest]
+            if let expected, current != expected { return false }
+            state.inventories[contact.digest]?[token.digest] = nil
+            if state.inventories[contact.digest]?.isEmpty == true { state.inventories[contact.digest] = nil }
+            if state.owners[token.digest] == contact.digest { state.owners[token.digest] = nil }
+            state.seen[app.seen]?[Self.seenMember(contact, token)] = nil
+            return true
+        }
+    }
+
+    func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)] {
+        let entries = state.withLock { $0.seen[app.seen] ?? [:] }
+        return entries.filter { $0.value < cutoffMillis }
+            .sorted { ($0.value, $0.key) < ($1.value, $1.key) }
+            .prefix(limit)
+            .compactMap { Self.parseSeenMember($0.key) }
+    }
+
+    func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
+        _ = state.withLock { $0.seen[app.seen]?.removeValue(forKey: Self.seenMember(contact, token)) }
+    }
+
+    func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
+        let now = MonotonicClock.nowNanos()
+        return state.withLock { state in
+            if let (holder, expiry) = state.leases[key], expiry > now, holder != owner { return false }
+            state.leases[key] = (owner, now + UInt64(max(ttlMillis, 1)) * 1_000_000)
+            return true
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import PWCore
+import RedisClient
+
+/// The inventory in Redis, beside the dedupe state (`RedisStore`). Every command touches keys of
+/// one hash tag only (the contact's, the token's or the app's), so the inventory works on a Redis
+/// Cluster as it does on one Redis; `record`'s three commands leave together and cost one round
+/// trip on a loop's connection.
+final class RedisInventoryStore: InventoryStore {
+    let store: RedisStore
+
+    init(store: RedisStore) { self.store = store }
+
+    /// KEYS[1] the contact's inventory; ARGV: token digest, sealed, platform, push service,
+    /// upstreams (a JSON array), now (ms). Merges with the record already there (first seen and
+    /// the upstreams it named are kept) and answers {is new, installation count}.
+    private static let recordScript = LuaScript("""
+        local current = redis.call('HGET', KEYS[1], ARGV[1])
+        local record
+        if current then
+          local ok, decoded = pcall(cjson.decode, current)
+          if ok and type(decoded) == 'table' then record = decoded end
+        end
+        local isNew = 0
+        if not current then isNew = 1 end
+        if not record then record = {} end
+        local now = tonumber(ARGV[6])
+        local names, merged = {}, {}
+        if type(record.u) == 'table' then
+          for _, name in ipairs(record.u) do
+            if type(name) == 'string' and not names[name] then names[name] = true; merged[#merged + 1] = name end
+          end
+        end
+        for _, name in ipairs(cjson.decode(ARGV[5])) do
+          if not names[name] then names[name] = true; merged[#merged + 1] = name end
+        end
+        local first = tonumber(record.f) or now
+        local encoded = cjson.encode({x = ARGV[2], p = ARGV[3], s = ARGV[4], u = merged, f = first, l = now})
+        redis.call('HSET', KEYS[1], ARGV[1], encoded)
+        return {isNew, redis.call('HLEN', KEYS[1])}
+        """)
+
+    /// KEYS[1] the contact's inventory; ARGV[1] token digest, ARGV[2] (optional) the record that
+    /// must still be there.
+    private static let removeScript = LuaScript("""
+        if ARGV[2] and redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+        redis.call('HDEL', KEYS[1], ARGV[1])
+        return 1
+        """)
+
+    /// KEYS[1] the lease; ARGV[1] owner, ARGV[2] ttl (ms).
+    private static let leaseScript = LuaScript("""
+        local holder = redis.call('GET', KEYS[1])
+        if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+        if holder then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return 1
+        """)
+
+    func record(_ write: InventoryWrite) async throws(StoreError) -> InventoryWriteResult {
+        let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
+        let now = String(write.nowMillis)
+        async let owner = result { [store] () async throws(StoreError) in try await store.send(["SET", write.token.owner, write.contact.digest, "GET"]) }
+        async let record = result { [store] () async throws(StoreError) in
+            try await store.evaluate(Self.recordScript, keys: [write.contact.inventory],
+                                     arguments: [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now])
+        }
+        async let seen = result { [store] () async throws(StoreError) in
+            try await store.send(["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)])
+        }
+        let (ownerReply, recordReply, _) = (try await owner.get(), try await record.get(), try await seen.get())
+        guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
+              case .integer(let count) = counts[1] else { throw StoreError(.unexpectedReply, "unexpected inventory reply") }
+        let previous = ownerReply.string.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
+        return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
+    }
+
+    func owner(of token: TokenKeys) async throws(StoreError) -> ContactKeys? {
+        try await store.get(token.owner).map(ContactKeys.init(digest:))
+    }
+
+    func installation(_ token: TokenKeys, of contact: ContactKeys) async throws(StoreError) -> StoredInstallation? {
+        let reply = try await store.send(["HGET", contact.inventory, token.digest])
+        return reply.string.flatMap { StoredInstallation.decode($0, token: token) }
+    }
+
+    func installations(of contact: ContactKeys) async throws(StoreError) -> [StoredInstallation] {
+        guard case .array(let items) = try await store.send(["HGETALL", contact.inventory]) else {
+            throw StoreError(.unexpectedReply, "unexpected HGETALL reply")
+        }
+        var result: [StoredInstallation] = []
+        var index = 0
+        while index + 1 < items.count {
+            if let field = items[index].string, let value = items[index + 1].string,
+               let installation = StoredInstallation.decode(value, token: TokenKeys(digest: field)) {
+                result.append(installation)
+            }
+            index += 2
+        }
+        return result
+    }
+
+    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?) async throws(StoreError) -> Bool {
+        let reply = try await store.evaluate(Self.removeScript, keys: [contact.inventory], arguments: [token.digest] + (expected.map { [$0] } ?? []))
+        guard case .integer(1) = reply else { return false }
+        try await store.release(token.owner, owner: contact.digest)
+        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)])
+        return true
+    }
+
+    func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)] {
+        guard case .array(let items) = try await store.send(["ZRANGEBYSCORE", app.seen, "-inf", "(" + String(cutoffMillis), "LIMIT", "0", String(limit)]) else {
+            throw StoreError(.unexpectedReply, "unexpected ZRANGEBYSCORE reply")
+        }
+        return items.compactMap { $0.string.flatMap(Self.parseSeenMember) }
+    }
+
+    func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
+        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)])
+    }
+
+    func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
+        let reply = try await store.evaluate(Self.leaseScript, keys: [key], arguments: [owner, String(max(ttlMillis, 1))])
+        return reply == .integer(1)
+    }
+
+    /// A throwing call's outcome as a value, so that `async let` can start several at once.
+    private func result(_ body: @Sendable () async throws(StoreError) -> RedisReply) async -> Result<RedisReply, StoreError> {
+        do { return .success(try await body()) } catch { return .failure(error) }
+    }
+}
