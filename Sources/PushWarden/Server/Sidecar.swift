@@ -76,7 +76,8 @@ public final class Sidecar: Sendable {
     private let httpClient: HTTPClient?
     private let redis: RedisClient?
     private let logger: Logger
-    private let handler: ClientAPIHandler
+    /// Internal for tests: the registration operations behind it are what the admin API calls.
+    let handler: ClientAPIHandler
     private let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
     private let outboxTasks: [Task<Void, Never>]
