@@ -113,7 +113,24 @@ public enum PolicyExplainer {
         }
         out.append("  Secrets referenced (names only): " + (secrets.isEmpty ? "none" : secrets.joined(separator: ", ")))
         out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")
+        out.append("  Inventory: " + inventorySummary(app))
         return out
+    }
+
+    /// What the inventory keeps for the app and when it lets installations go.
+    static func inventorySummary(_ app: AppPolicy) -> String {
+        var parts = ["each contact's installations (token, platform, push service, upstreams holding it, first and last seen)"]
+        if let cap = app.client.maxInstallations {
+            parts.append("at most \(cap) per contact (one more evicts the least recently seen, unregistered upstream)")
+        } else {
+            parts.append("no cap per contact")
+        }
+        if let expire = app.inventory.expireAfterMillis {
+            parts.append("an installation not registered again for \(Values.formatMillis(expire)) is unregistered upstream and forgotten")
+        } else {
+            parts.append("installations never expire")
+        }
+        return parts.joined(separator: "; ")
     }
 
     static func hostOf(_ url: String) -> String {

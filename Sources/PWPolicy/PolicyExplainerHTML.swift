@@ -281,6 +281,10 @@ public enum PolicyExplainerHTML {
             }
         }
         if !app.upstreams.contains(where: { $0.provider.settings.endpoint != nil }) { lines.append(Box.Line("  none (dry run only)")) }
+        lines.append(Box.Line("each contact's installations (inventory):", "strong"))
+        lines.append(Box.Line("  " + (app.client.maxInstallations.map { "at most \($0) per contact, least recently seen evicted" } ?? "no cap per contact")))
+        lines.append(Box.Line("  " + (app.inventory.expireAfterMillis.map { "forgotten after \(Values.formatMillis($0)) unseen (inventory.expire_after)" }
+                                      ?? "kept until unregistered or erased")))
         lines.append(Box.Line("in memory, or in Redis with serve --redis; rate-limit counters for their window", "muted"))
         return Box(title: "Stored by PushWarden", lines: lines, kind: "store")
     }
