@@ -313,7 +313,7 @@ let badFixtures: [Fixture] = [
         "t.yaml:8:15: apps.Shop!.session.leeway: must be between 0s and 5m, found 10m",
         "t.yaml:10:18: apps.Shop!.client.platforms: list at least one platform (ios, android, web)",
         "t.yaml:11:17: apps.Shop!.client.max_body: must be between 1KiB and 1MiB, found 4MiB",
-        "t.yaml:12:7: apps.Shop!.client: unknown key 'colour'; allowed keys: platforms, contact_id, unknown_fields, max_body, max_events, rate_limits",
+        "t.yaml:12:7: apps.Shop!.client: unknown key 'colour'; allowed keys: platforms, contact_id, unknown_fields, max_body, max_events, rate_limits, max_installations",
         "t.yaml:14:22: apps.Shop!.dedupe.refresh_after: must be at least 1m, found 10s",
         "t.yaml:16:9: apps.Shop!.upstreams[0]: missing required key 'role' (required when an app has more than one upstream)",
         "t.yaml:18:20: apps.Shop!.upstreams[0].base_path: a base path must not have a query (?) or fragment (#)",
