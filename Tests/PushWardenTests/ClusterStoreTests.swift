@@ -74,6 +74,34 @@ private func registration(_ token: String) -> String { #"{"platform":"android","
         }
     }
 
+    /// The inventory on the cluster: records, a move between contacts, the cap, a stale logout
+    /// and an erasure, every command naming keys of one hash tag.
+    @Test func theInventoryWorksOnTheCluster() async throws {
+        try await RedisCluster.use { cluster in
+            let client = RedisClient(configuration: try RedisConfiguration(url: cluster.url))
+            defer { client.close() }
+            let mock = try MockVoyado(apiKey: "voyado-key")
+            let h = try await SidecarHarness(upstreams: InventoryTests.voyado(mock), secrets: InventoryTests.secrets,
+                                             clientYAML: "      platforms: [ios, android]\n      max_installations: 3",
+                                             store: RedisStore(client: client))
+            let tokens = (0..<4).map { _ in "fcm-" + UUID().uuidString }
+            for token in tokens { #expect(try await h.post("/installations", registration(token), contact: "alice").status == 202) }
+            #expect(try await InventoryTests.list(h, "alice").count == 3)  // the first one evicted
+            #expect(mock.received(path: "/installations/unregister").compactMap { $0.object?["push_token"]?.stringValue } == [tokens[0]])
+            #expect(try await h.post("/installations", registration(tokens[3]), contact: "bob").status == 202)
+            #expect(try await InventoryTests.list(h, "alice").count == 2)
+            #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(tokens[3])"}"#, contact: "alice")
+                .outcome("voyado") == "skipped")
+            let report = try await InventoryTests.registrar(h).erase("alice", in: try InventoryTests.app(h), requestID: "cluster")
+            #expect(report.installations == 2)
+            #expect(try await InventoryTests.list(h, "alice").isEmpty)
+            #expect(try await InventoryTests.list(h, "bob").count == 1)
+            #expect(!h.logs.text.contains("inventory store unavailable"))
+            await h.stop()
+            await mock.stop()
+        }
+    }
+
     @Test func everyOperationWorksOnTheClusterAndKeysSpreadOverEveryMaster() async throws {
         try await RedisCluster.use { cluster in
             let client = RedisClient(configuration: try RedisConfiguration(url: cluster.url))
