@@ -8,15 +8,18 @@ public struct Policy: Sendable, Equatable {
     public var version: Int
     /// Apps in file order.
     public var apps: [AppPolicy]
+    /// The top-level `store:` block; nil when values are stored unencrypted.
+    public var store: StorePolicy?
     /// The file this policy came from, for messages.
     public var sourcePath: String
     /// Where values that are judged after loading sit in the file, by path
     /// (`apps.shop.session.jwks_file`).
     public var locations: [String: PolicyLocation]
 
-    public init(version: Int, apps: [AppPolicy], sourcePath: String, locations: [String: PolicyLocation] = [:]) {
+    public init(version: Int, apps: [AppPolicy], sourcePath: String, locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil) {
         self.version = version
         self.apps = apps
+        self.store = store
         self.sourcePath = sourcePath
         self.locations = locations
     }

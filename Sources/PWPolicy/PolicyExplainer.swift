@@ -16,7 +16,24 @@ public enum PolicyExplainer {
             lines.append("")
             lines.append(contentsOf: explain(app))
         }
+        lines.append("")
+        lines.append("Store (every app): " + encryptionAtRest(policy.store))
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Whether push tokens and Web Push secrets are encrypted at rest, naming the keys by
+    /// reference only.
+    public static func encryptionAtRest(_ store: StorePolicy?) -> String {
+        guard let store else {
+            return "push tokens and Web Push secrets stored as values (identities, outbox entries, inventory) are NOT encrypted "
+                + "at rest: no store.encryption_key (key names are hashes either way)"
+        }
+        let previous = store.previousEncryptionKeys
+        let older = previous.isEmpty ? "no previous keys"
+            : "\(previous.count) previous key(s) still open values sealed before a rotation: "
+                + previous.map(\.description).joined(separator: ", ")
+        return "push tokens and Web Push secrets stored as values (identities, outbox entries, inventory) are encrypted at rest "
+            + "(AES-256-GCM) with the key from \(store.encryptionKey) (store.encryption_key); \(older)"
     }
 
     static func explain(_ app: AppPolicy) -> [String] {

@@ -32,7 +32,7 @@ public enum PolicyExplainerHTML {
             """
         for (index, app) in policy.apps.enumerated() {
             page += "<section>\n<h2>App <code>\(escape(app.id))</code></h2>\n"
-            page += diagram(app, index: index)
+            page += diagram(app, index: index, store: policy.store)
             page += legend
             page += "</section>\n"
         }
@@ -258,7 +258,7 @@ public enum PolicyExplainerHTML {
         }
     }
 
-    static func storageBox(_ app: AppPolicy) -> Box {
+    static func storageBox(_ app: AppPolicy, store: StorePolicy?) -> Box {
         let names = app.upstreams.map { "'\($0.name)'" }.joined(separator: ", ")
         var lines = [Box.Line("dedupe entries (fingerprint per upstream and push token) for \(names):", "strong"),
                      Box.Line("  kept \(duration(seconds: app.dedupe.refreshAfterSeconds)) (dedupe.refresh_after)")]
@@ -285,18 +285,27 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line("  " + (app.client.maxInstallations.map { "at most \($0) per contact, least recently seen evicted" } ?? "no cap per contact")))
         lines.append(Box.Line("  " + (app.inventory.expireAfterMillis.map { "forgotten after \(Values.formatMillis($0)) unseen (inventory.expire_after)" }
                                       ?? "kept until unregistered or erased")))
+        lines.append(Box.Line("encryption at rest (store.encryption_key):", "strong"))
+        if let store {
+            let previous = store.previousEncryptionKeys.count
+            lines.append(Box.Line("  push tokens and Web Push secrets sealed with AES-256-GCM, key from \(store.encryptionKey)", "secret"))
+            lines.append(Box.Line("  \(previous) previous key(s) still open older values"
+                                  + (previous == 0 ? "" : ": " + store.previousEncryptionKeys.map(\.description).joined(separator: ", "))))
+        } else {
+            lines.append(Box.Line("  off: push tokens and Web Push secrets are stored as sent"))
+        }
         lines.append(Box.Line("in memory, or in Redis with serve --redis; rate-limit counters for their window", "muted"))
         return Box(title: "Stored by PushWarden", lines: lines, kind: "store")
     }
 
-    static func diagram(_ app: AppPolicy, index appIndex: Int) -> String {
+    static func diagram(_ app: AppPolicy, index appIndex: Int, store storePolicy: StorePolicy? = nil) -> String {
         let clientX = 10, clientW = 200
         let serverX = 270, serverW = 290
         let upX = 620, upW = 310
         let width = upX + upW + 10
         let top = 30
 
-        let client = clientBox(app), server = serverBox(app), store = storageBox(app)
+        let client = clientBox(app), server = serverBox(app), store = storageBox(app, store: storePolicy)
         let clientH = height(client, width: clientW)
         let serverH = height(server, width: serverW)
         let upstreams = app.upstreams.map(upstreamBox)

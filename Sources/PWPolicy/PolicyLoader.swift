@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "apps"])
+        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -109,8 +109,14 @@ struct PolicyReader {
         if let node = fields.required("apps") {
             apps = self.apps(node)
         }
-        guard let version, let apps else { return nil }
-        return Policy(version: version, apps: apps, sourcePath: sourcePath, locations: checker.locations)
+        var store: StorePolicy?
+        var storeValid = true
+        if let node = fields["store"] {
+            store = self.store(node)
+            storeValid = store != nil
+        }
+        guard let version, let apps, storeValid else { return nil }
+        return Policy(version: version, apps: apps, sourcePath: sourcePath, locations: checker.locations, store: store)
     }
 
     func apps(_ node: YAMLNode) -> [AppPolicy]? {

@@ -23,7 +23,7 @@ let usage = """
       pushwarden policy verify --key PUBLIC.pem FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
-      pushwarden outbox list|replay|drop --redis URL [--app APP] [--upstream NAME]
+      pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app APP] [--upstream NAME]
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
       PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
@@ -229,8 +229,9 @@ func policyCommand(_ arguments: ArraySlice<String>) -> Never {
         for file in files {
             switch PolicyLoader.load(path: file) {
             case .success(let policy):
-                // What serve reads at start-up besides secrets: the JWKS files, by serve's rules.
-                let found = SessionPolicyCheck.diagnostics(for: policy)
+                // What serve reads at start-up: the JWKS files, by serve's rules, and the store keys
+                // (a reference that cannot be read here is a warning: checks seldom hold the secrets).
+                let found = SessionPolicyCheck.diagnostics(for: policy) + StoreKeys.diagnostics(for: policy)
                 for diagnostic in found { print(diagnostic.description) }
                 if found.contains(where: { $0.severity == .error }) {
                     failed = true
@@ -386,15 +387,26 @@ func healthcheck(_ arguments: ArraySlice<String>) async -> Never {
 // MARK: main
 
 let arguments = CommandLine.arguments.dropFirst()
-/// `outbox list|replay|drop`: the dead-letter streams (tokens as short hashes).
+/// `outbox list|replay|drop`: the dead-letter streams (tokens as short hashes). The policy
+/// (`--policy`, else `PUSHWARDEN_POLICY`) gives the store keys that open sealed entries; `replay`
+/// needs it, so that what it writes back is sealed as the sidecars would seal it.
 func outboxCommand(_ arguments: ArraySlice<String>) async {
-    guard let verb = arguments.first, let action = OutboxCommand.Action(rawValue: verb) else {
-        fail("usage: pushwarden outbox list|replay|drop --redis URL [--app APP] [--upstream NAME]")
-    }
-    let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "app", "upstream"])
+    let shape = "usage: pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app APP] [--upstream NAME]"
+    guard let verb = arguments.first, let action = OutboxCommand.Action(rawValue: verb) else { fail(shape) }
+    let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "policy", "app", "upstream"])
     guard let url = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL") else { fail("outbox needs --redis URL") }
+    var sealer = StoreSealer.none
+    if let policyPath = flags["policy"] ?? environment("PUSHWARDEN_POLICY") {
+        do {
+            sealer = try StoreSealer.make(for: loadPolicyOrExit(policyPath), secrets: SecretResolver())
+        } catch {
+            fail(error.description, code: 1)
+        }
+    } else if action == .replay {
+        fail("outbox replay needs --policy FILE (or PUSHWARDEN_POLICY): a replayed entry is sealed with its store.encryption_key")
+    }
     do {
-        _ = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"]) { print($0) }
+        _ = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"], sealer: sealer) { print($0) }
         exit(0)
     } catch {
         fail(error.description, code: 1)

@@ -24,10 +24,12 @@ final class SidecarHarness: Sendable {
     ///   - platforms: the app's `client.platforms`.
     ///   - clientYAML: replaces the app's whole `client:` block (then `platforms` is ignored).
     ///   - store: the dedupe store (default: Redis, or memory with `memoryStore`).
+    ///   - topLevel: top-level policy blocks after `apps` (`store:`), unindented.
     init(upstreams: String, secrets: [SecretRef: String] = [:], platforms: String = "[ios, android, web]",
-         clientYAML: String? = nil, memoryStore: Bool = false, store: (any DedupeStore)? = nil, sameApp: String? = nil) async throws {
+         clientYAML: String? = nil, memoryStore: Bool = false, store: (any DedupeStore)? = nil, sameApp: String? = nil,
+         topLevel: String = "") async throws {
         app = sameApp ?? "app-" + UUID().uuidString.prefix(8).lowercased()
-        let yaml = """
+        var yaml = """
             version: 1
             apps:
               \(app):
@@ -46,6 +48,7 @@ final class SidecarHarness: Sendable {
                 upstreams:
             \(upstreams)
             """
+        if !topLevel.isEmpty { yaml += "\n" + topLevel }
         let policy: Policy
         switch PolicyLoader.load(text: yaml, path: "test.yaml") {
         case .success(let p): policy = p

@@ -18,8 +18,8 @@ final class Outbox: Sendable {
     private let signals: [String: OutboxSignal]
     private let targets: [String: OutboxStreams.Upstream]
 
-    init(client: RedisClient, apps: [AppRuntime]) {
-        streams = OutboxStreams(client: client)
+    init(client: RedisClient, apps: [AppRuntime], sealer: StoreSealer = .none) {
+        streams = OutboxStreams(client: client, sealer: sealer)
         consumer = "pw-" + LockOwner.next()
         var signals: [String: OutboxSignal] = [:]
         var targets: [String: OutboxStreams.Upstream] = [:]

@@ -1,13 +1,18 @@
 import PWCore
 import RedisClient
 
-/// `pushwarden outbox list|replay|drop --redis URL [--app A] [--upstream U]`: what the
-/// dead-letter streams hold, tokens as short hashes; put back into the outbox; or deleted.
+/// `pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app A] [--upstream U]`: what
+/// the dead-letter streams hold, tokens as short hashes; put back into the outbox; or deleted.
+///
+/// With `store.encryption_key`, entries hold their push tokens and Web Push secrets sealed: the
+/// command opens them with the keys of the policy it is given (`sealer`), the same policy the
+/// sidecars serve. Without them a sealed entry is listed as such, can be dropped, and is not
+/// replayed. A replayed entry is sealed again under the current key.
 public enum OutboxCommand {
     public enum Action: String, Sendable { case list, replay, drop }
 
     /// One line per dead letter (or per one replayed or dropped), then a count line.
-    public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?,
+    public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?, sealer: StoreSealer = .none,
                            write: (String) -> Void) async throws(StartupError) -> Int {
         let configuration: RedisConfiguration
         do {
@@ -17,7 +22,7 @@ public enum OutboxCommand {
         }
         let client = RedisClient(configuration: configuration)
         defer { client.close() }
-        let streams = OutboxStreams(client: client)
+        let streams = OutboxStreams(client: client, sealer: sealer)
         var handled = 0
         for target in try await deadStreams(client, app: app, upstream: upstream) {
             let letters: [(OutboxStreams.Message, [String: String])]
@@ -27,15 +32,20 @@ public enum OutboxCommand {
                 throw StartupError("cannot read \(target.dead): \(error.detail)")
             }
             for (message, fields) in letters {
-                let entry = message.body.flatMap { try? OutboxEntry.decode($0).get() }
-                write(describe(message, fields: fields, entry: entry, target: target))
+                let decoded = streams.decode(message)
+                let entry = try? decoded.get()
+                write(describe(message, fields: fields, decoded: decoded, target: target))
                 do {
                     switch action {
                     case .list:
                         break
                     case .replay:
                         guard let entry else {
-                            write("  not replayed: the entry is malformed (drop it)")
+                            if case .failure(.unreadable) = decoded {
+                                write("  not replayed: the entry is sealed with a store key not given (--policy FILE with its store keys)")
+                            } else {
+                                write("  not replayed: the entry is malformed (drop it)")
+                            }
                             continue
                         }
                         let shards = fields["shards"].flatMap { Int($0) } ?? target.shards
@@ -55,13 +65,16 @@ public enum OutboxCommand {
         return handled
     }
 
-    private static func describe(_ message: OutboxStreams.Message, fields: [String: String], entry: OutboxEntry?,
-                                 target: OutboxStreams.Upstream) -> String {
+    private static func describe(_ message: OutboxStreams.Message, fields: [String: String],
+                                 decoded: Result<OutboxEntry, OutboxEntry.DecodingFailure>, target: OutboxStreams.Upstream) -> String {
         var parts = [message.id, "\(target.app)/\(target.upstream)"]
-        if let entry {
+        switch decoded {
+        case .success(let entry):
             parts += [entry.operation.rawValue, Redact.token(entry.pushToken), "contact \(Redact.contact(entry.contactID))",
                       "request \(entry.requestID)"]
-        } else {
+        case .failure(.unreadable):
+            parts.append("sealed entry (cannot be opened with the store keys given)")
+        case .failure:
             parts.append("malformed entry")
         }
         parts.append("reason \(fields["reason"] ?? "-")")

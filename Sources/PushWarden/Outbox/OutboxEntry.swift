@@ -6,7 +6,8 @@ import PWPolicy
 /// (keys are resolved at delivery time from the running policy) and no user credential (a
 /// provider that needs the user's own session cannot be queued). The push token and the Web Push
 /// secrets are the only sensitive values, each in a field of its own (`token`, `installation`)
-/// so that a store sealer can encrypt them.
+/// so that the store sealer encrypts them (`token`, `installation.previous_push_token` and
+/// `installation.web_push_keys`' two values, each sealed on its own); the rest stays readable.
 struct OutboxEntry: Sendable, Equatable {
     enum Operation: String, Sendable {
         case register, unregister
@@ -28,8 +29,9 @@ struct OutboxEntry: Sendable, Equatable {
 
     // MARK: Encoding
 
-    /// The entry as one JSON object (the stream entry's `e` field).
-    func encoded() -> String {
+    /// The entry as one JSON object (the stream entry's `e` field), its push tokens and Web Push
+    /// secrets sealed by `sealer`.
+    func encoded(sealer: StoreSealer = .none) -> String {
         var members: [JSONMember] = [
             JSONMember("v", .number(String(Self.version))),
             JSONMember("op", .string(operation.rawValue)),
@@ -38,19 +40,22 @@ struct OutboxEntry: Sendable, Equatable {
             JSONMember("contact", .string(contactID)),
             JSONMember("request_id", .string(requestID)),
             JSONMember("accepted_ms", .number(String(acceptedAtMillis))),
-            JSONMember("token", .string(pushToken)),
+            JSONMember("token", .string(sealer.seal(pushToken))),
         ]
-        if let installation { members.append(JSONMember("installation", Self.encode(installation))) }
+        if let installation { members.append(JSONMember("installation", Self.encode(installation, sealer: sealer))) }
         return JSONValue.object(JSONObject(members)).encodedString()
     }
 
     enum DecodingFailure: Error, Equatable {
         case notJSON, wrongVersion, missing(String), invalid(String)
+        /// A sealed field that does not open: a store key this process does not hold, or altered bytes.
+        case unreadable(String)
     }
 
-    /// Reads an entry back; anything written by hand that does not hold together is a failure
-    /// (the worker dead-letters it), never a crash.
-    static func decode(_ text: String) -> Result<OutboxEntry, DecodingFailure> {
+    /// Reads an entry back, opening its sealed fields with `sealer` (a field written before the
+    /// key was set is read as it is); anything written by hand that does not hold together is a
+    /// failure (the worker dead-letters it), never a crash.
+    static func decode(_ text: String, sealer: StoreSealer = .none) -> Result<OutboxEntry, DecodingFailure> {
         guard let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue else { return .failure(.notJSON) }
         guard case .number(let v)? = object["v"], Int(v) == version else { return .failure(.wrongVersion) }
         func string(_ key: String) -> Result<String, DecodingFailure> {
@@ -60,12 +65,11 @@ struct OutboxEntry: Sendable, Equatable {
         do {
             guard let operation = Operation(rawValue: try string("op").get()) else { return .failure(.invalid("op")) }
             guard case .number(let ms)? = object["accepted_ms"], let accepted = Int64(ms) else { return .failure(.missing("accepted_ms")) }
-            let token = try string("token").get()
+            guard let token = sealer.open(try string("token").get()) else { return .failure(.unreadable("token")) }
             var installation: Installation?
             if operation == .register {
                 guard let value = object["installation"]?.objectValue else { return .failure(.missing("installation")) }
-                guard let decoded = decode(value, pushToken: token) else { return .failure(.invalid("installation")) }
-                installation = decoded
+                installation = try decode(value, pushToken: token, sealer: sealer).get()
             }
             return .success(OutboxEntry(operation: operation, app: try string("app").get(), upstream: try string("upstream").get(),
                                         contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue ?? "-",
@@ -75,7 +79,7 @@ struct OutboxEntry: Sendable, Equatable {
         }
     }
 
-    private static func encode(_ installation: Installation) -> JSONValue {
+    private static func encode(_ installation: Installation, sealer: StoreSealer) -> JSONValue {
         var members: [JSONMember] = [
             JSONMember("platform", .string(installation.platform.rawValue)),
             JSONMember("push_service", .string(installation.pushService.rawValue)),
@@ -84,10 +88,10 @@ struct OutboxEntry: Sendable, Equatable {
         func add(_ key: String, _ value: String?) { if let value { members.append(JSONMember(key, .string(value))) } }
         if let keys = installation.webPushKeys {
             members.append(JSONMember("web_push_keys", .object(JSONObject([
-                JSONMember("p256dh", .string(keys.p256dh)), JSONMember("auth", .string(keys.auth)),
+                JSONMember("p256dh", .string(sealer.seal(keys.p256dh))), JSONMember("auth", .string(sealer.seal(keys.auth))),
             ]))))
         }
-        add("previous_push_token", installation.previousPushToken)
+        add("previous_push_token", installation.previousPushToken.map(sealer.seal))
         add("installation_id", installation.installationID)
         let m = installation.metadata
         add("app_version", m.appVersion)
@@ -98,19 +102,29 @@ struct OutboxEntry: Sendable, Equatable {
         return .object(JSONObject(members))
     }
 
-    private static func decode(_ object: JSONObject, pushToken: String) -> Installation? {
+    private static func decode(_ object: JSONObject, pushToken: String, sealer: StoreSealer) -> Result<Installation, DecodingFailure> {
         guard let platform = object["platform"]?.stringValue.flatMap(Platform.init(rawValue:)),
               let service = object["push_service"]?.stringValue.flatMap(PushService.init(rawValue:)),
-              let environment = object["environment"]?.stringValue.flatMap(APNsEnvironment.init(rawValue:)) else { return nil }
+              let environment = object["environment"]?.stringValue.flatMap(APNsEnvironment.init(rawValue:)) else {
+            return .failure(.invalid("installation"))
+        }
         var keys: WebPushKeys?
         if let k = object["web_push_keys"]?.objectValue {
-            guard let p256dh = k["p256dh"]?.stringValue, let auth = k["auth"]?.stringValue else { return nil }
-            keys = WebPushKeys(p256dh: p256dh, auth: auth)
+            guard let p256dh = k["p256dh"]?.stringValue, let auth = k["auth"]?.stringValue else { return .failure(.invalid("installation")) }
+            guard let openP256dh = sealer.open(p256dh), let openAuth = sealer.open(auth) else {
+                return .failure(.unreadable("installation.web_push_keys"))
+            }
+            keys = WebPushKeys(p256dh: openP256dh, auth: openAuth)
+        }
+        var previous: String?
+        if let sealed = object["previous_push_token"]?.stringValue {
+            guard let opened = sealer.open(sealed) else { return .failure(.unreadable("installation.previous_push_token")) }
+            previous = opened
         }
         let s = { (key: String) in object[key]?.stringValue }
-        return Installation(platform: platform, pushService: service, pushToken: pushToken, webPushKeys: keys, environment: environment,
-                            previousPushToken: s("previous_push_token"), installationID: s("installation_id"),
-                            metadata: InstallationMetadata(appVersion: s("app_version"), osVersion: s("os_version"),
-                                                           deviceModel: s("device_model"), locale: s("locale"), timezone: s("timezone")))
+        return .success(Installation(platform: platform, pushService: service, pushToken: pushToken, webPushKeys: keys, environment: environment,
+                                     previousPushToken: previous, installationID: s("installation_id"),
+                                     metadata: InstallationMetadata(appVersion: s("app_version"), osVersion: s("os_version"),
+                                                                    deviceModel: s("device_model"), locale: s("locale"), timezone: s("timezone"))))
     }
 }

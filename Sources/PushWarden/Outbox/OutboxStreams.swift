@@ -11,10 +11,25 @@ import RedisClient
 /// Key layout: `pw:v2:{outbox:<app>:<upstream>:<shard>}:s` (the stream) and `…:lease`;
 /// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters).
 ///
+/// Entries are written and read through `sealer`: with `store.encryption_key`, their push tokens
+/// and Web Push secrets are sealed (`OutboxEntry.encoded(sealer:)`).
+///
 /// Thread-safe: stateless over the client's pipelined pool (workers run off the event loops).
 struct OutboxStreams: Sendable {
     let client: RedisClient
+    let sealer: StoreSealer
     static let group = "pushwarden"
+
+    init(client: RedisClient, sealer: StoreSealer = .none) {
+        self.client = client
+        self.sealer = sealer
+    }
+
+    /// The entry a stream message holds, its sealed fields opened.
+    func decode(_ message: Message) -> Result<OutboxEntry, OutboxEntry.DecodingFailure> {
+        guard let body = message.body else { return .failure(.missing("e")) }
+        return OutboxEntry.decode(body, sealer: sealer)
+    }
 
     /// Where one upstream's deliveries live.
     struct Upstream: Sendable, Hashable {
@@ -47,7 +62,7 @@ struct OutboxStreams: Sendable {
     /// Appends `entry` to its shard's stream. Returns once Redis acknowledged it.
     func append(_ entry: OutboxEntry, to upstream: Upstream) async throws(StoreError) {
         let stream = upstream.stream(upstream.shard(of: entry.pushToken))
-        let reply = try await send(["XADD", stream, "*", "e", entry.encoded()])
+        let reply = try await send(["XADD", stream, "*", "e", entry.encoded(sealer: sealer)])
         guard reply.string != nil else { throw StoreError(.unexpectedReply, "unexpected XADD reply") }
     }
 

@@ -99,11 +99,11 @@ final class OutboxWorker: Sendable {
     private func deliver(_ messages: [OutboxStreams.Message], shard: Int, app: AppRuntime, caller: UpstreamCaller,
                          retries: inout RetrySchedule) async -> Int {
         guard !messages.isEmpty else { return 0 }
-        var byToken: [String: [(OutboxStreams.Message, OutboxEntry?)]] = [:]
+        var byToken: [String: [(OutboxStreams.Message, Result<OutboxEntry, OutboxEntry.DecodingFailure>)]] = [:]
         var order: [String] = []
         for message in messages {
-            let decoded = message.body.flatMap { try? OutboxEntry.decode($0).get() }
-            let key = decoded?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
+            let decoded = streams.decode(message)
+            let key = (try? decoded.get())?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
             if byToken[key] == nil { order.append(key) }
             byToken[key, default: []].append((message, decoded))
         }
@@ -137,14 +137,27 @@ final class OutboxWorker: Sendable {
         var retry: Int?? = nil
     }
 
-    private func deliver(_ entries: [(OutboxStreams.Message, OutboxEntry?)], shard: Int, app: AppRuntime, caller: UpstreamCaller,
-                         schedule: RetrySchedule, token: String) async -> TokenResult {
+    private func deliver(_ entries: [(OutboxStreams.Message, Result<OutboxEntry, OutboxEntry.DecodingFailure>)], shard: Int, app: AppRuntime,
+                         caller: UpstreamCaller, schedule: RetrySchedule, token: String) async -> TokenResult {
         var result = TokenResult()
-        for (message, entry) in entries {
+        for (message, decoded) in entries {
             do {
-                guard let entry else {
-                    logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
-                    try await streams.deadLetter(message, shard: shard, of: target, reason: "malformed", status: nil, code: nil)
+                let entry: OutboxEntry
+                switch decoded {
+                case .success(let value):
+                    entry = value
+                case .failure(let failure):
+                    // Kept as it was stored (still sealed): `pushwarden outbox replay` with the right key brings it back.
+                    let reason: String
+                    if case .unreadable = failure {
+                        reason = "unreadable"
+                        logger.warning("outbox entry cannot be opened (a store key this process does not hold, or altered): dead-lettered",
+                                       [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
+                    } else {
+                        reason = "malformed"
+                        logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
+                    }
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: reason, status: nil, code: nil)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     result.left += 1
                     continue

@@ -84,6 +84,9 @@ public final class Sidecar: Sendable {
     /// Whether queued deliveries can be kept (the Redis store): a policy that needs them is
     /// refused at start and at reload otherwise.
     private let hasOutbox: Bool
+    /// The `store` block in force: its keys are read once, at start. A reload that changes it is
+    /// refused (restart to change the keys), so the keys in force are always the file's.
+    private let storePolicy: StorePolicy?
 
     /// The bound client port (useful when configured with port 0).
     public var port: Int { clientServer.port }
@@ -180,19 +183,22 @@ public final class Sidecar: Sendable {
         let chosenStore = parts.store
         let outboxClient = (chosenStore as? RedisStore)?.client
         hasOutbox = outboxClient != nil
+        storePolicy = policy.store
+        let sealer: StoreSealer
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
+            sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
         }
 
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
-        let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"))
-        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values)) }
+        let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer)
+        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox, inventory: Inventory(store: inventoryStore))
+                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer))
         let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
@@ -234,6 +240,8 @@ public final class Sidecar: Sendable {
             ("store", chosenStore.kind), ("policy", policy.sourcePath), ("apps", policy.apps.map(\.id).joined(separator: ",")),
         ]
         if let sha256 { fields.append(("policy_sha256", sha256)) }
+        // The key id is an HMAC of the key under a fixed label: it tells keys apart, nothing more.
+        fields.append(("encryption_at_rest", sealer.keyID.map { "aes-256-gcm key \($0), \(sealer.previousKeyCount) previous" } ?? "off"))
         logger.info("pushwarden listening", fields)
     }
 
@@ -249,8 +257,12 @@ public final class Sidecar: Sendable {
     /// - Important: callers serialize reloads (`PolicyReloader` does).
     public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
         let apps: [String: AppRuntime]
-        do {
+        do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
+            guard policy.store == storePolicy else {
+                throw StartupError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
+                                   + "the store keys are read at start only; restart to change them")
+            }
             apps = try await builder.build(policy)
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)

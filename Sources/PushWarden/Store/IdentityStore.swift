@@ -2,26 +2,35 @@ import PWCore
 
 /// Keeps what providers hand back per push token (`UpstreamIdentity`), so the device never has
 /// to, under `RegistrationKeys.identity` (a hash of app, upstream and token, like the dedupe entry);
-/// values are small JSON objects.
+/// values are small JSON objects, each sealed whole by `sealer` (some providers' identities hold
+/// the push token itself, and none needs to be readable in the store).
 ///
 /// Identities outlive dedupe entries: a registration unchanged for months must still be
-/// removable. A store failure is logged and treated as "no identity known".
+/// removable. A store failure, and a value that cannot be opened (a key this process does not
+/// hold, or altered bytes), is logged and treated as "no identity known".
 public struct IdentityStore: Sendable {
     let store: any DedupeStore
     let logger: Logger
+    let sealer: StoreSealer
     /// 400 days: longer than any realistic gap between two app launches.
     public static let ttlSeconds = 400 * 86_400
 
-    public init(store: any DedupeStore, logger: Logger) {
+    public init(store: any DedupeStore, logger: Logger, sealer: StoreSealer = .none) {
         self.store = store
         self.logger = logger
+        self.sealer = sealer
     }
 
     /// The identity kept under `keys.identity`, if any.
     public func get(_ keys: RegistrationKeys, upstream: String) async -> UpstreamIdentity? {
         do {
-            guard let raw = try await store.get(keys.identity),
-                  let object = (try? JSONValue.parse(raw))?.objectValue else { return nil }
+            guard let stored = try await store.get(keys.identity) else { return nil }
+            guard let raw = sealer.open(stored) else {
+                logger.bounded(.warning, "identity cannot be opened (a store key this process does not hold, or altered); treated as none",
+                               key: upstream, [("upstream", upstream)])
+                return nil
+            }
+            guard let object = (try? JSONValue.parse(raw))?.objectValue else { return nil }
             var values: [String: String] = [:]
             for member in object.members {
                 if let value = member.value.stringValue { values[member.key] = value }
@@ -36,7 +45,7 @@ public struct IdentityStore: Sendable {
     public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String) async {
         let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
         do {
-            try await store.set(keys.identity, JSONValue.object(object).encodedString(), ttlSeconds: Self.ttlSeconds)
+            try await store.set(keys.identity, sealer.seal(JSONValue.object(object).encodedString()), ttlSeconds: Self.ttlSeconds)
         } catch {
             logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }
