@@ -56,6 +56,7 @@ import Testing
             #expect(line["installations"] == "3")
             #expect(line["request_id"] == "erase-1")
             #expect(line["upstreams"] == "voyado=forwarded,pushnotice=queued,fluxer=skipped,voidhash=failed:upstream_rejected")
+            #expect(line["remote"] == "127.0.0.1")
             #expect(!h.logs.text.contains(contact))
         }
     }
