@@ -123,6 +123,10 @@ import Testing
                 }
                 #expect(fake.calls.count - before == (status == 200 ? 2 : 0), "\(name)")
             }
+            // Refusals are logged with their reason; the token never is.
+            let refused = h.logLines.filter { $0["msg"] == "admin token refused" }.compactMap { $0["reason"]?.stringValue }
+            #expect(Set(refused) == ["no Authorization header", "wrong token", "not a Bearer token"])
+            #expect(!h.logs.text.contains(Self.adminToken))
         }
     }
 

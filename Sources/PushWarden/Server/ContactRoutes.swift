@@ -87,9 +87,9 @@ final class ContactRoutes: Sendable {
 
     private func resolve(_ head: HTTPRequestHead, app appSegment: Substring, contact contactSegment: Substring, token: AdminToken,
                          administration: any ContactAdministration) -> Result<Resolved, Refusal> {
-        if let reason = Self.authorizationProblem(head.headers, token: token) {
-            logger.bounded(.warning, "admin token refused", key: reason, [("reason", reason), ("remote", head.remoteAddress),
-                                                                         ("request_id", RequestID.from(head.headers))])
+        if let refusal = Self.authorizationRefusal(head.headers, token: token) {
+            logger.bounded(.warning, "admin token refused", key: refusal.rawValue, [("reason", refusal.rawValue), ("remote", head.remoteAddress),
+                                                                                   ("request_id", RequestID.from(head.headers))])
             return .failure(Refusal(error: ContractError(.unauthorized, "a valid admin token is required")))
         }
         // A String-keyed dictionary matches canonically equivalent spellings; the id must be the bytes.
@@ -113,15 +113,23 @@ final class ContactRoutes: Sendable {
         }
     }
 
-    /// Why the request does not carry the admin token (a label for the log), or nil when it does:
-    /// exactly one `Authorization` field, `Bearer <token>` with the scheme in any case (RFC 9110,
-    /// section 11.1), and the token itself (compared in constant time).
-    static func authorizationProblem(_ headers: HTTPHeaders, token: AdminToken) -> String? {
+    /// Why a request is refused the server-to-server API (its raw value is the log's `reason`).
+    enum AuthorizationRefusal: String, Sendable {
+        case missing = "no Authorization header"
+        case several = "several Authorization headers"
+        case notBearer = "not a Bearer token"
+        case wrongToken = "wrong token"
+    }
+
+    /// Why the request does not carry the admin token, or nil when it does: exactly one
+    /// `Authorization` field, `Bearer <token>` with the scheme in any case (RFC 9110, section
+    /// 11.1), and the token itself (compared in constant time).
+    static func authorizationRefusal(_ headers: HTTPHeaders, token: AdminToken) -> AuthorizationRefusal? {
         let values = headers.values("Authorization")
-        guard !values.isEmpty else { return "no Authorization header" }
-        guard values.count == 1 else { return "several Authorization headers" }
-        guard let presented = SessionVerifier.bearerCredentials(values[0]) else { return "not a Bearer token" }
-        return token.accepts(presented) ? nil : "wrong token"
+        guard !values.isEmpty else { return .missing }
+        guard values.count == 1 else { return .several }
+        guard let presented = SessionVerifier.bearerCredentials(values[0]) else { return .notBearer }
+        return token.accepts(presented) ? nil : .wrongToken
     }
 
     /// `/v1/apps/{app}/contacts/{contact}/installations`, split at `/` byte by byte; the segments
