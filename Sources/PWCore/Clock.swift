@@ -23,3 +23,23 @@ extension SystemClock {
     /// Milliseconds since the Unix epoch: what outlives a process (stream ids, `queue.max_age`).
     public static func epochMillis() -> Int { Int(SystemClock().now() * 1000) }
 }
+
+/// RFC 3339 `date-time` in UTC with milliseconds (`2026-07-02T10:20:42.456Z`): the one form in
+/// which PushWarden writes an instant (log lines, the server-to-server API's `first_seen`).
+public enum RFC3339 {
+    public static func utc(epochMillis: Int64) -> String {
+        let (seconds, millis) = epochMillis.quotientAndRemainder(dividingBy: 1000)
+        // Floor division, so that an instant before 1970 keeps a millisecond field in 0...999.
+        let wholeSeconds = millis < 0 ? seconds - 1 : seconds
+        let fraction = millis < 0 ? millis + 1000 : millis
+        var time = time_t(wholeSeconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func pad(_ v: Int, _ width: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T"
+            + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(Int(fraction), 3))Z"
+    }
+}

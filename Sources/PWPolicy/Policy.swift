@@ -10,15 +10,19 @@ public struct Policy: Sendable, Equatable {
     public var apps: [AppPolicy]
     /// The top-level `store:` block; nil when values are stored unencrypted.
     public var store: StorePolicy?
+    /// The server-to-server API (top-level `admin`); nil: its routes answer `404`.
+    public var admin: AdminPolicy?
     /// The file this policy came from, for messages.
     public var sourcePath: String
     /// Where values that are judged after loading sit in the file, by path
     /// (`apps.shop.session.jwks_file`).
     public var locations: [String: PolicyLocation]
 
-    public init(version: Int, apps: [AppPolicy], sourcePath: String, locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil) {
+    public init(version: Int, apps: [AppPolicy], admin: AdminPolicy? = nil, sourcePath: String,
+                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil) {
         self.version = version
         self.apps = apps
+        self.admin = admin
         self.store = store
         self.sourcePath = sourcePath
         self.locations = locations
@@ -33,6 +37,32 @@ public struct Policy: Sendable, Equatable {
 
     /// The app whose id has exactly these bytes (no Unicode canonical equivalence).
     public func app(_ id: String) -> AppPolicy? { apps.first { TextRules.bytesEqual($0.id, id) } }
+}
+
+/// Who may call the server-to-server API on the admin listener (policy key `admin`): the
+/// bearer of the token `token` names. Its value is judged when it is read, at start and at
+/// reload (`minimumTokenBytes`), never by `policy check`, which reads no secret.
+public struct AdminPolicy: Sendable, Equatable {
+    /// The shortest admin token accepted: 32 bytes, what `openssl rand -hex 16` prints (128 bits
+    /// of randomness in hex; `openssl rand -base64 32` gives 44).
+    public static let minimumTokenBytes = 32
+
+    public var token: SecretRef
+
+    public init(token: SecretRef) { self.token = token }
+
+    /// Why `value` (the resolved secret) cannot be the admin token, or nil when it can: at least
+    /// `minimumTokenBytes` of visible ASCII (a header value carries nothing else unchanged).
+    /// The reason names the reference and the length, never the value.
+    public func problem(with value: [UInt8]) -> String? {
+        guard value.count >= Self.minimumTokenBytes else {
+            return "the admin token from \(token) is \(value.count) bytes; at least \(Self.minimumTokenBytes) are required (openssl rand -hex 32 makes one)"
+        }
+        guard value.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else {
+            return "the admin token from \(token) must be visible ASCII without spaces (openssl rand -hex 32 makes one)"
+        }
+        return nil
+    }
 }
 
 public struct AppPolicy: Sendable, Equatable {

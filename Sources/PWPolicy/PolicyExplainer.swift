@@ -12,6 +12,7 @@ public enum PolicyExplainer {
     public static func explain(_ policy: Policy) -> String {
         var lines: [String] = []
         lines.append("Policy \(policy.sourcePath) (version \(policy.version)): \(policy.apps.count) app(s)")
+        lines.append(contentsOf: serverToServer(policy.admin))
         for app in policy.apps {
             lines.append("")
             lines.append(contentsOf: explain(app))
@@ -34,6 +35,23 @@ public enum PolicyExplainer {
                 + previous.map(\.description).joined(separator: ", ")
         return "push tokens and Web Push secrets stored as values (identities, outbox entries, inventory) are encrypted at rest "
             + "(AES-256-GCM) with the key from \(store.encryptionKey) (store.encryption_key); \(older)"
+    }
+
+    /// Who may call the server-to-server API (contract section 8): the admin listener only, with
+    /// the admin token named by reference.
+    static func serverToServer(_ admin: AdminPolicy?) -> [String] {
+        let routes = "GET and DELETE /v1/apps/{app}/contacts/{contact}/installations"
+        guard let admin else {
+            return ["Server-to-server API: disabled (no admin block); \(routes) answer 404 on both listeners"]
+        }
+        return [
+            "Server-to-server API: enabled, on the admin listener only (the client listener answers 404 there)",
+            "  - who may call: the bearer of the admin token from \(admin.token) (Authorization: Bearer <token>; compared in constant time; "
+                + "at least \(AdminPolicy.minimumTokenBytes) bytes)",
+            "  - \(routes), for every app below: list a contact's installations (tokens as short hashes); "
+                + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)",
+            "  - secret referenced (name only): \(admin.token) (admin token)",
+        ]
     }
 
     static func explain(_ app: AppPolicy) -> [String] {

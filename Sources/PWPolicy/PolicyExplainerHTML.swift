@@ -25,7 +25,8 @@ public enum PolicyExplainerHTML {
             </head>
             <body>
             <header><h1>PushWarden policy <code>\(escape(policy.sourcePath))</code></h1>
-            <p>Version \(policy.version), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p></header>
+            <p>Version \(policy.version), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
+            \(serverToServer(policy.admin))</header>
             <main>
             <div class="diagrams">
 
@@ -48,6 +49,16 @@ public enum PolicyExplainerHTML {
 
             """
         return page
+    }
+
+    /// Who may call the server-to-server API: one paragraph under the page's title.
+    static func serverToServer(_ admin: AdminPolicy?) -> String {
+        guard let admin else {
+            return "<p class=\"s2s\">Server-to-server API: <strong>disabled</strong> (no <code>admin</code> block); its routes answer 404.</p>"
+        }
+        return "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, for the bearer of the admin token from "
+            + "<code class=\"k secret\">\(escape(admin.token.description))</code>: list and erase a contact's installations "
+            + "(<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>).</p>"
     }
 
     /// `text` made safe for HTML and SVG text and for quoted attribute values: `& < > " '` become

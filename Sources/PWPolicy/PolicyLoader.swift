@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store"])
+        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store", "admin"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -115,8 +115,26 @@ struct PolicyReader {
             store = self.store(node)
             storeValid = store != nil
         }
-        guard let version, let apps, storeValid else { return nil }
-        return Policy(version: version, apps: apps, sourcePath: sourcePath, locations: checker.locations, store: store)
+        var admin: AdminPolicy?
+        var adminOK = true
+        if let node = fields["admin"] {
+            admin = self.admin(node, fields.at("admin"))
+            adminOK = admin != nil
+        }
+        guard let version, let apps, storeValid, adminOK else { return nil }
+        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store)
+    }
+
+    /// `admin: {token: SECRET}`: the server-to-server API's bearer token. Its place is recorded so
+    /// that a token refused when it is read (too short) is reported where it is named.
+    func admin(_ node: YAMLNode, _ path: String) -> AdminPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["token"])
+        guard fields.isMapping else { return nil }
+        guard let tokenNode = fields.required("token") else { return nil }
+        let at = fields.at("token")
+        guard let token = checker.secret(tokenNode, at), fields.isClean else { return nil }
+        checker.locate(tokenNode.mark, at)
+        return AdminPolicy(token: token)
     }
 
     func apps(_ node: YAMLNode) -> [AppPolicy]? {

@@ -185,6 +185,14 @@ public final class SessionVerifier: Sendable {
         return base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
     }
 
+    /// The credentials of a header value `Bearer <token>`, by the rules session tokens are read
+    /// with (`bearerToken(in:)`), or nil when the value is not of that form: what the admin
+    /// listener reads its token with.
+    public static func bearerCredentials(_ value: String) -> [UInt8]? {
+        var value = value
+        return value.withUTF8 { bytes in bearerToken(in: bytes).map { Array(bytes[$0]) } }
+    }
+
     /// Where the credentials of `Bearer <token>` (RFC 6750, section 2.1; scheme case-insensitive)
     /// lie in a header value's UTF-8, or nil when the value is not of that form.
     static func bearerToken(in b: UnsafeBufferPointer<UInt8>) -> Range<Int>? {

@@ -167,6 +167,47 @@ import Testing
         for mock in [voyado] as [any ProviderMock] + [vh, nn, pn, fluxer] { await mock.stop() }
     }
 
+    /// The server-to-server API over real HTTP on the admin listener, in front of the real
+    /// inventory: list, erase, list again, erase again.
+    @Test func theAdminListenerListsAndErasesAContact() async throws {
+        let voyado = try MockVoyado(apiKey: "voyado-key"), vh = try MockVoidhash(publishableKey: VoidhashTests.key)
+        var secrets = Self.secrets
+        secrets[.env("TEST_ADMIN_TOKEN")] = ServerToServerTests.adminToken
+        let h = try await SidecarHarness(upstreams: Self.voyado(voyado) + "\n" + VoidhashTests.block(vh, role: "shadow"),
+                                         secrets: secrets, topLevel: "admin: {token: {env: TEST_ADMIN_TOKEN}}")
+        let contact = "user 42/ä"  // percent-encoded in the path
+        let path = "/v1/apps/\(h.app)/contacts/user%2042%2F%C3%A4/installations"
+        let apns = Self.apns(), fcm = Self.android()
+        for body in [Self.ios(apns), Self.android(fcm)] { #expect(try await h.post("/installations", body, contact: contact).status == 202) }
+        func call(_ method: String) async throws -> Harness.Reply {
+            let response = try await h.client.execute(HTTPClientRequest(
+                method: method, url: "http://127.0.0.1:\(h.sidecar.adminPort)\(path)",
+                headers: ["Authorization": "Bearer " + ServerToServerTests.adminToken], timeoutMillis: 10_000))
+            return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+        }
+        let listed = try await call("GET")
+        #expect(listed.status == 200, "\(listed.text)")
+        let items = listed.json?["installations"]?.arrayValue ?? []
+        #expect(Set(items.compactMap { $0.objectValue?["token"]?.stringValue }) == [Redact.token(apns), Redact.token(fcm)])
+        #expect(!listed.text.contains(apns) && !listed.text.contains(fcm))
+        let erased = try await call("DELETE")
+        #expect(erased.status == 202, "\(erased.text)")
+        #expect(erased.json?["installations"] == .number("2"))
+        #expect(erased.json?["upstreams"]?.objectValue?["voyado"]?.stringValue == "forwarded")
+        #expect(erased.json?["upstreams"]?.objectValue?["vh"]?.stringValue == "forwarded")
+        #expect(voyado.received(path: "/installations/unregister").count == 2)
+        #expect(vh.received(path: "/unregister").count == 2)
+        #expect(h.logs.text.contains("contact erased"))
+        #expect(!h.logs.text.contains(contact))
+        #expect(try await call("GET").json?["installations"]?.arrayValue?.isEmpty == true)
+        let again = try await call("DELETE")
+        #expect(again.status == 202)
+        #expect(again.json?["installations"] == .number("0"))
+        await h.stop()
+        await voyado.stop()
+        await vh.stop()
+    }
+
     @Test func anErasureWhileAProviderIsDownIsDeliveredWhenItIsBack() async throws {
         let voyado = try MockVoyado(apiKey: "voyado-key"), pn = try MockPushNotice(apiKey: PushNoticeTests.key)
         let h = try await SidecarHarness(upstreams: Self.voyado(voyado) + "\n" + PushNoticeTests.upstream(pn, role: "shadow"),

@@ -7,9 +7,10 @@
 #    no server error (any 5xx fails: the dry_run upstream never needs 502/503), and every answer
 #    conforms to the document (status code, content type, headers, body schema); data the schema
 #    refuses must be refused (negative_data_rejection); other methods must get 405 with Allow;
-#    a request without a session must get 401. The server-to-server routes are not built
-#    (x-pushwarden-status: not-built) and are left out; /healthz, /readyz and /metrics are
-#    checked on the admin listener in a second, small run.
+#    a request without a session must get 401. The server-to-server routes (tag
+#    server-to-server, x-pushwarden-status: not-built) are left out: their HTTP edge is built, but
+#    `serve` answers 404 there until the inventory behind them is wired. /healthz, /readyz and
+#    /metrics are checked on the admin listener in a second, small run.
 #
 # The example policy limits each contact to 20 registrations a minute, far below what a fuzzer
 # sends: the session of each request is taken in turn from a pool of freshly minted dev tokens

@@ -1,13 +1,19 @@
 import HTTPServer
 import PWCore
 
-/// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`.
+/// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`, and the
+/// server-to-server API (`ContactRoutes`, behind the admin token).
+///
+/// Every request runs in a task of its own (`AsyncHTTPHandler`), off the listener's loop, so a
+/// slow erasure (seconds of upstream calls) holds no thread and never delays `/healthz`.
 struct AdminHandler: AsyncHTTPHandler {
     let metrics: Metrics
     let store: any DedupeStore
     let policyLoaded: Bool
+    let contacts: ContactRoutes
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision {
+        if let decision = contacts.decide(head) { return decision }
         switch head.path {
         case "/healthz", "/readyz", "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else {
@@ -31,6 +37,9 @@ struct AdminHandler: AsyncHTTPHandler {
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let requestID = RequestID.from(request.head.headers)
+        if let resolved = request.context as? ContactRoutes.Resolved {
+            return await contacts.handle(resolved, requestID: requestID)
+        }
         switch request.head.path {
         case "/healthz":
             return Responses.json(200, .object(JSONObject([JSONMember("status", "ok")])), requestID: requestID)

@@ -78,6 +78,8 @@ public final class Sidecar: Sendable {
     private let logger: Logger
     /// Internal for tests: the registration operations behind it are what the admin API calls.
     let handler: ClientAPIHandler
+    /// The server-to-server API on the admin listener; a reload replaces its token.
+    private let contactRoutes: ContactRoutes
     private let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
     private let outboxTasks: [Task<Void, Never>]
@@ -155,7 +157,19 @@ public final class Sidecar: Sendable {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
                               jwksTiming: JWKSTiming())
         let apps = try parts.builder.buildOffline(policy)
-        try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps)
+        try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps,
+                      administration: nil)
+    }
+
+    /// As the public initializer, with `administration` standing in for the operations behind
+    /// the server-to-server API (tests).
+    convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger, secrets: some SecretResolving,
+                     store: (any DedupeStore)?, administration: any ContactAdministration) throws(StartupError) {
+        let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: nil,
+                              jwksTiming: JWKSTiming())
+        let apps = try parts.builder.buildOffline(policy)
+        try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps,
+                      administration: administration)
     }
 
     /// Builds every app (fetching each `jwks_url` first: `serve` does not start when a first
@@ -170,11 +184,14 @@ public final class Sidecar: Sendable {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
                               jwksTiming: jwksTiming)
         let apps = try await parts.builder.build(policy)
-        return try Sidecar(policy: policy, sha256: sha256, configuration: configuration, logger: logger, parts: parts, apps: apps)
+        return try Sidecar(policy: policy, sha256: sha256, configuration: configuration, logger: logger, parts: parts, apps: apps,
+                           administration: nil)
     }
 
+    /// - Parameter administration: stands in for the operations behind the server-to-server API
+    ///   (tests); nil: the registrar's own (the inventory).
     private init(policy: Policy, sha256: String?, configuration: ServeConfiguration, logger: Logger, parts: Parts,
-                 apps: [String: AppRuntime]) throws(StartupError) {
+                 apps: [String: AppRuntime], administration: (any ContactAdministration)?) throws(StartupError) {
         self.logger = logger
         self.metrics = parts.builder.metrics
         self.redis = parts.redis
@@ -185,9 +202,11 @@ public final class Sidecar: Sendable {
         hasOutbox = outboxClient != nil
         storePolicy = policy.store
         let sealer: StoreSealer
+        let adminToken: AdminToken?
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
+            adminToken = try AdminToken.resolve(policy, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
@@ -203,6 +222,9 @@ public final class Sidecar: Sendable {
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
+        let contactRoutes = ContactRoutes(token: adminToken, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
+                                          logger: logger)
+        self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
         outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics,
@@ -227,7 +249,7 @@ public final class Sidecar: Sendable {
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
                                                        perAddressConnectionLimit: configuration.connectionsPerAddress,
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
-                handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true))
+                handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true, contacts: contactRoutes))
         } catch {
             builder.shutdown()
             throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
@@ -242,6 +264,7 @@ public final class Sidecar: Sendable {
         if let sha256 { fields.append(("policy_sha256", sha256)) }
         // The key id is an HMAC of the key under a fixed label: it tells keys apart, nothing more.
         fields.append(("encryption_at_rest", sealer.keyID.map { "aes-256-gcm key \($0), \(sealer.previousKeyCount) previous" } ?? "off"))
+        fields.append(("server_to_server_api", Self.describe(adminToken)))
         logger.info("pushwarden listening", fields)
     }
 
@@ -257,18 +280,21 @@ public final class Sidecar: Sendable {
     /// - Important: callers serialize reloads (`PolicyReloader` does).
     public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
         let apps: [String: AppRuntime]
+        let adminToken: AdminToken?
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
                 throw StartupError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
+            adminToken = try AdminToken.resolve(policy, secrets: builder.secrets)
             apps = try await builder.build(policy)
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)
             return .failure(ReloadError(description: error.description))
         }
         let old = handler.replaceApps(apps)
+        contactRoutes.replaceToken(adminToken)
         for app in apps.values { app.jwks?.start() }
         for app in old.values { app.jwks?.stop() }
         metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
@@ -289,6 +315,12 @@ public final class Sidecar: Sendable {
         logger.error("policy reload refused; the running policy stays", [("policy", policy),
                                                                          ("diagnostics", diagnostics.joined(separator: "\n"))])
         for line in diagnostics { logger.error("policy diagnostic", [("policy", policy), ("diagnostic", line)]) }
+    }
+
+    /// The start line's word on the server-to-server API: whose token, or why it answers 404.
+    private static func describe(_ token: AdminToken?) -> String {
+        guard let token else { return "off (no admin block)" }
+        return "on (token from \(token.reference))"
     }
 
     /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
