@@ -25,6 +25,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     case rateLimited = "rate_limited"
     case upstreamAuthFailed = "upstream_auth_failed"
     case upstreamUnavailable = "upstream_unavailable"
+    /// The app's introspection endpoint (or JWKS) could not answer and nothing cached could.
+    case authUnavailable = "auth_unavailable"
     case `internal`
 
     /// The HTTP status the contract assigns to this code.
@@ -43,7 +45,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
         case .upstreamRejected: return 422
         case .rateLimited: return 429
         case .upstreamAuthFailed: return 502
-        case .upstreamUnavailable: return 503
+        case .upstreamUnavailable, .authUnavailable: return 503
         case .internal: return 500
         }
     }
