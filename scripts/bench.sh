@@ -5,6 +5,7 @@
 #
 #   make bench                                  # the full run (about 3 minutes)
 #   DURATION=5s SOAK=10s SCENARIOS=hit scripts/bench.sh   # a quick look at one path
+#   DURATION=5s SCENARIOS=introspect scripts/bench.sh      # P1 with an introspected session beside HS256
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/opt/swift/usr/bin:$PATH
@@ -17,7 +18,7 @@ HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,forwarded,queued,tail,memory}   # also: cluster
+SCENARIOS=${SCENARIOS:-hit,es256,introspect,forwarded,queued,tail,memory}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -46,12 +47,14 @@ bin=$(swift build -c release --show-bin-path)
 
 redis_port=$(free_port); mock_port=$(free_port); nginx_static=$(free_port); nginx_proxy=$(free_port)
 pw_port=$(free_port); pw_admin=$(free_port); floor_port=$(free_port); base_port=$(free_port); base_admin=$(free_port)
-queued_mock_port=$(free_port); pw2_port=$(free_port); pw2_admin=$(free_port)
+queued_mock_port=$(free_port); pw2_port=$(free_port); pw2_admin=$(free_port); introspect_port=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
 redis_pid=$!
 pids+=($redis_pid)
-"$bin/mock-upstream" --port "$mock_port" --latency-ms "$LATENCY_MS" --key bench-key >"$work/mock.log" 2>&1 &
+# The same process serves app benchi's introspection endpoint (no latency: the app backend's own).
+"$bin/mock-upstream" --port "$mock_port" --latency-ms "$LATENCY_MS" --key bench-key \
+  --introspect-port "$introspect_port" --introspect-token bench-introspect-token >"$work/mock.log" 2>&1 &
 mock_pid=$!
 pids+=($mock_pid)
 
@@ -84,8 +87,13 @@ pids+=($nginx_pid)
 secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
 "$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
+"$bin/bench-tool" tokens --alg opaque --count "$POOL" --out "$work/sessions-opaque.txt"
 
-"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" >"$work/policy.yaml"
+"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" >"$work/policy-base.yaml"
+# App benchi (introspected sessions) only for this build: a PW_BASELINE may predate session type introspect.
+"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
+  --introspect-port "$introspect_port" >"$work/policy.yaml"
+export BENCH_INTROSPECT_TOKEN=bench-introspect-token
 
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
@@ -131,7 +139,7 @@ while True:
 fi
 base_pid=0
 if [[ -n $PW_BASELINE ]]; then
-  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/policy.yaml" \
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/policy-base.yaml" \
     --listen "127.0.0.1:$base_port" --admin "127.0.0.1:$base_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
     2>"$work/baseline.log" &
   base_pid=$!
@@ -143,7 +151,7 @@ fi
   --upstream "http://127.0.0.1:$mock_port/api/v1/acme/abc123/default/installations" >"$work/floor.log" 2>&1 &
 floor_pid=$!
 pids+=($floor_pid)
-for p in $redis_port $mock_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
+for p in $redis_port $mock_port $introspect_port $nginx_static $nginx_proxy $pw_port $floor_port; do wait_port "$p"; done
 [[ -n $PW_BASELINE ]] && wait_port "$base_port"
 want cluster && wait_port "$cluster_port"
 
@@ -195,6 +203,8 @@ cpu_ticks() {
 }
 # Upstream calls so far: a hit scenario that makes any measured misses, not hits.
 upstream_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
+# Calls to introspection endpoints so far: a warm-cache scenario that makes any measured misses.
+introspection_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_introspection_calls_total/ {s += $NF} END {print s + 0}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pw_pid/status"; }
 register_lua=scripts/bench/register.lua
 
@@ -205,6 +215,10 @@ LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_secon
 want cluster && LUA=$register_lua run warmup_cluster "http://127.0.0.1:$cluster_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 # The baseline may keep its dedupe entries under other keys: it warms its own.
 [[ -n $PW_BASELINE ]] && LUA=$register_lua run warmup_baseline "http://127.0.0.1:$base_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+# App benchi: each pooled session introspected once (and its token registered), so its cache is warm.
+# Twice as long: each first request also waits for its introspection, and a short warm-up left
+# ~3% of the pool cold (306 misses measured in the first run).
+want introspect && LUA=$register_lua run warmup_introspect "http://127.0.0.1:$pw_port" 256 "$(( warm_seconds * 2 ))s" MODE=hit SESSIONS="$work/sessions-opaque.txt" APP=benchi
 want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 
 for run_number in $(seq 1 "$RUNS"); do
@@ -229,6 +243,13 @@ if want tail && want hit; then
   fact tail_rate "$half"
   LUA=scripts/bench/paced.lua run pw_tail "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit \
     SESSIONS="$work/sessions-hs256.txt" APP=bench RATE="$half" CONNS="$HIT_CONNECTIONS"
+fi
+# P1 with introspected sessions served from the warm cache, right beside P1 with HS256 JWTs.
+if want introspect; then
+  want hit || LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  introspections_before=$(introspection_calls)
+  LUA=$register_lua run pw_hit_introspect "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-opaque.txt" APP=benchi
+  fact pw_hit_introspect_introspection_calls "$(( $(introspection_calls) - introspections_before ))"
 fi
 if want es256; then
   verify=$(openssl speed -seconds 3 -multi "$(nproc)" ecdsap256 2>/dev/null | awk '/256 bits ecdsa/ {print $NF}')

@@ -8,11 +8,24 @@ enum BenchPolicy {
     /// Secrets come from `BENCH_SESSION_SECRET` and `BENCH_VOYADO_KEY`.
     /// Given `queuedMockPort`, also app `benchq` (HS256) whose upstream is `delivery: queued` to
     /// that port, for the outbox rows (accept, then drain once a mock listens there).
-    static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil) -> String {
+    /// Given `introspectPort`, also app `benchi` whose sessions are introspected at that port
+    /// (`mock-upstream --introspect-port`, credential from `BENCH_INTROSPECT_TOKEN`), cached for an
+    /// hour so that a warmed cache stays warm, registering with the same upstream.
+    static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil) -> String {
         var text = "version: 1\napps:\n"
         text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
         if let jwksPath {
             text += app("benches", session: "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n", mockPort: mockPort)
+        }
+        if let introspectPort {
+            text += app("benchi", type: "introspect", session: """
+                      url: http://127.0.0.1:\(introspectPort)/internal/introspect
+                      client_auth: {bearer: {env: BENCH_INTROSPECT_TOKEN}}
+                      contact_field: contact_id
+                      cache_ttl: 1h
+                      timeout: 2s
+
+                """, mockPort: mockPort, claims: false)
         }
         if let queuedMockPort {
             text += app("benchq", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: queuedMockPort,
@@ -22,14 +35,12 @@ enum BenchPolicy {
         return text
     }
 
-    private static func app(_ name: String, session: String, mockPort: Int, extra: String = "") -> String {
+    private static func app(_ name: String, type: String = "jwt", session: String, mockPort: Int, claims: Bool = true, extra: String = "") -> String {
         """
           \(name):
             session:
-              type: jwt
-        \(session)      issuer: https://auth.bench
-              audience: bench
-            client:
+              type: \(type)
+        \(session)\(claims ? "      issuer: https://auth.bench\n      audience: bench\n" : "")    client:
               platforms: [android, ios]
             dedupe:
               refresh_after: 1d

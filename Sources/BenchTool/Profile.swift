@@ -21,11 +21,11 @@ func runProfile() throws {
     case .success(let p): policy = p
     case .failure(let diagnostics): throw SessionConfigError("profile policy: \(diagnostics)")
     }
-    guard let app = policy.app("bench"), case .hmacSecret(let ref) = app.session.keys else {
+    guard let app = policy.app("bench"), let session = app.session.jwt, case .hmacSecret(let ref) = session.keys else {
         throw SessionConfigError("profile policy: no HS256 app")
     }
     let secret = Array(Hex.encode(SecureRandom.bytes(32)).utf8)
-    let verifier = try SessionVerifier(policy: app.session, secrets: StaticSecrets([ref: secret]))
+    let verifier = try SessionVerifier(policy: session, secrets: StaticSecrets([ref: secret]))
 
     let now = Int(Date().timeIntervalSince1970)
     var requests: [(headers: HTTPHeaders, body: [UInt8])] = []

@@ -28,6 +28,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// The store (Redis) did not answer an operation that cannot proceed without it (the
     /// server-to-server API's list and erase): try again after `Retry-After`.
     case storeUnavailable = "store_unavailable"
+    /// The app's introspection endpoint (or JWKS) could not answer and nothing cached could.
+    case authUnavailable = "auth_unavailable"
     case `internal`
 
     /// The HTTP status the contract assigns to this code.
@@ -46,7 +48,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
         case .upstreamRejected: return 422
         case .rateLimited: return 429
         case .upstreamAuthFailed: return 502
-        case .upstreamUnavailable, .storeUnavailable: return 503
+        case .upstreamUnavailable, .storeUnavailable, .authUnavailable: return 503
         case .internal: return 500
         }
     }

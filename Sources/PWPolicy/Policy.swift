@@ -67,13 +67,13 @@ public struct AdminPolicy: Sendable, Equatable {
 
 public struct AppPolicy: Sendable, Equatable {
     public var id: String
-    public var session: SessionPolicy
+    public var session: AppSession
     public var client: ClientPolicy
     public var dedupe: DedupePolicy
     public var upstreams: [UpstreamPolicy]
     public var inventory: InventoryPolicy
 
-    public init(id: String, session: SessionPolicy, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
+    public init(id: String, session: AppSession, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
                 inventory: InventoryPolicy = InventoryPolicy()) {
         self.id = id
         self.session = session
@@ -81,6 +81,11 @@ public struct AppPolicy: Sendable, Equatable {
         self.dedupe = dedupe
         self.upstreams = upstreams
         self.inventory = inventory
+    }
+
+    /// An app whose sessions are JWTs.
+    public init(id: String, session: SessionPolicy, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy]) {
+        self.init(id: id, session: .jwt(session), client: client, dedupe: dedupe, upstreams: upstreams)
     }
 
     /// The upstream whose outcome answers the client.
@@ -107,7 +112,81 @@ public enum JWTAlgorithm: String, Sendable, Hashable, CaseIterable {
     case es256 = "ES256"
 }
 
-/// How a client proves who it is (policy key `session`).
+/// How a client proves who it is (policy key `session`, by its `type`).
+public enum AppSession: Sendable, Equatable {
+    /// `type: jwt`: a signed token verified in process.
+    case jwt(SessionPolicy)
+    /// `type: introspect`: an opaque token the app backend vouches for (RFC 7662).
+    case introspect(IntrospectionPolicy)
+
+    public var jwt: SessionPolicy? {
+        if case .jwt(let policy) = self { return policy }
+        return nil
+    }
+
+    public var introspection: IntrospectionPolicy? {
+        if case .introspect(let policy) = self { return policy }
+        return nil
+    }
+}
+
+/// `session.type: introspect` (CONTRACT.md section 6): the client's token is POSTed to the app
+/// backend's RFC 7662 endpoint, authenticated with PushWarden's own credential.
+public struct IntrospectionPolicy: Sendable, Equatable {
+    /// PushWarden's own credential at the endpoint (`client_auth`).
+    public enum ClientAuth: Sendable, Equatable {
+        /// `Authorization: Bearer <secret>`.
+        case bearer(SecretRef)
+        /// `Authorization: Basic base64(user:password)` (RFC 7617).
+        case basic(user: String, password: SecretRef)
+
+        /// `bearer` or `basic`, as the policy names it.
+        public var kind: String {
+            switch self {
+            case .bearer: return "bearer"
+            case .basic: return "basic"
+            }
+        }
+
+        public var secret: SecretRef {
+            switch self {
+            case .bearer(let ref): return ref
+            case .basic(_, let ref): return ref
+            }
+        }
+    }
+
+    /// Where the client's token is read: exactly one place.
+    public enum TokenSource: Sendable, Equatable {
+        /// `NAME: Bearer <token>`.
+        case header(String)
+        /// The bare token as the value of this cookie.
+        case cookie(String)
+    }
+
+    /// https, or http to a loopback host.
+    public var url: String
+    public var clientAuth: ClientAuth
+    public var source: TokenSource
+    /// The member of the endpoint's answer that holds the contact id.
+    public var contactField: String
+    /// How long an active answer is used (never past its `exp`), in seconds.
+    public var cacheTTLSeconds: Int
+    /// Bound on one call to the endpoint, connection included.
+    public var timeoutMillis: Int
+
+    public init(url: String, clientAuth: ClientAuth, source: TokenSource = .header("Authorization"), contactField: String,
+                cacheTTLSeconds: Int = 60, timeoutMillis: Int = 500) {
+        self.url = url
+        self.clientAuth = clientAuth
+        self.source = source
+        self.contactField = contactField
+        self.cacheTTLSeconds = cacheTTLSeconds
+        self.timeoutMillis = timeoutMillis
+    }
+}
+
+/// `session.type: jwt`: how a JWT session is found and verified.
 public struct SessionPolicy: Sendable, Equatable {
     public enum Keys: Sendable, Equatable {
         /// A JWKS document on disk; tokens select a key by `kid`.

@@ -59,26 +59,11 @@ public enum PolicyExplainer {
         let base = "/v1/apps/\(app.id)"
         out.append("App '\(app.id)' (routes under \(base))")
 
-        let session = app.session
         out.append("  Who may call:")
-        var sources: [String] = []
-        if let header = session.header { sources.append("header \(header) as \"Bearer <token>\"") }
-        if let cookie = session.cookie {
-            sources.append(session.header == nil ? "cookie \(cookie)" : "cookie \(cookie) when the header is absent")
+        switch app.session {
+        case .jwt(let session): out.append(contentsOf: explain(session))
+        case .introspect(let introspection): out.append(contentsOf: explain(introspection))
         }
-        out.append("    - a signed JWT session token, read from \(sources.joined(separator: ", then "))")
-        out.append("    - accepted algorithms: \(session.algorithms.map(\.rawValue).joined(separator: ", ")) (any other, and 'none', is refused)")
-        switch session.keys {
-        case .hmacSecret(let ref): out.append("    - signature checked with the shared HMAC secret from \(ref)")
-        case .jwksFile(let path): out.append("    - signature checked with the public keys in the JWKS file \(path) (selected by kid)")
-        case .jwksURL(let jwks):
-            let fallback = jwks.fallbackFile.map { "; the JWKS file \($0) when the first fetch fails" } ?? ""
-            out.append("    - signature checked with the public keys fetched from \(jwks.url) (selected by kid), refreshed every "
-                       + "\(Values.formatMillis(jwks.refreshSeconds * 1000)) unless its Cache-Control max-age says otherwise\(fallback)")
-        }
-        out.append("    - issuer (iss): " + (session.issuer.map { "must be \($0)" } ?? "not checked"))
-        out.append("    - audience (aud): " + (session.audience.map { "must include \($0)" } ?? "not checked"))
-        out.append("    - the contact is the claim '\(session.contactClaim)'; clock leeway \(Values.formatMillis(session.leewaySeconds * 1000))")
 
         let client = app.client
         let allUpstreams = app.upstreams.map { "'\($0.name)'" }.joined(separator: ", ")
@@ -109,7 +94,7 @@ public enum PolicyExplainer {
         }
 
         out.append("  Server-held values injected:")
-        out.append("    - contact_id: from the session claim '\(session.contactClaim)'")
+        out.append("    - contact_id: \(contactSource(app.session))")
         for upstream in app.upstreams {
             for value in upstream.provider.settings.injected {
                 out.append("    - upstream '\(upstream.name)': \(value)")
@@ -136,11 +121,13 @@ public enum PolicyExplainer {
                 out.append("    - '\(upstream.name)': \(settings.summary); \(role)")
             }
         }
-        let hosts = app.upstreams.compactMap { $0.provider.settings.endpoint.map(hostOf) }
+        var hosts = app.upstreams.compactMap { $0.provider.settings.endpoint.map(hostOf) }
+        // The introspection endpoint receives every client's session token.
+        if let introspection = app.session.introspection { hosts.append(hostOf(introspection.url)) }
         out.append("  Hosts receiving data: " + (hosts.isEmpty ? "none (dry run only)" : uniqued(hosts).joined(separator: ", ")))
 
         var secrets: [String] = []
-        if case .hmacSecret(let ref) = session.keys { secrets.append("\(ref) (session HMAC secret)") }
+        if let use = sessionSecret(app.session) { secrets.append("\(use.reference) (\(use.purpose))") }
         for upstream in app.upstreams {
             for use in upstream.provider.settings.secrets {
                 secrets.append("\(use.reference) (upstream '\(upstream.name)' \(use.purpose))")
@@ -166,6 +153,74 @@ public enum PolicyExplainer {
             parts.append("installations never expire")
         }
         return parts.joined(separator: "; ")
+    }
+
+    static func explain(_ session: SessionPolicy) -> [String] {
+        var out: [String] = []
+        var sources: [String] = []
+        if let header = session.header { sources.append("header \(header) as \"Bearer <token>\"") }
+        if let cookie = session.cookie {
+            sources.append(session.header == nil ? "cookie \(cookie)" : "cookie \(cookie) when the header is absent")
+        }
+        out.append("    - a signed JWT session token, read from \(sources.joined(separator: ", then "))")
+        out.append("    - accepted algorithms: \(session.algorithms.map(\.rawValue).joined(separator: ", ")) (any other, and 'none', is refused)")
+        switch session.keys {
+        case .hmacSecret(let ref): out.append("    - signature checked with the shared HMAC secret from \(ref)")
+        case .jwksFile(let path): out.append("    - signature checked with the public keys in the JWKS file \(path) (selected by kid)")
+        case .jwksURL(let jwks):
+            let fallback = jwks.fallbackFile.map { "; the JWKS file \($0) when the first fetch fails" } ?? ""
+            out.append("    - signature checked with the public keys fetched from \(jwks.url) (selected by kid), refreshed every "
+                       + "\(Values.formatMillis(jwks.refreshSeconds * 1000)) unless its Cache-Control max-age says otherwise\(fallback)")
+        }
+        out.append("    - issuer (iss): " + (session.issuer.map { "must be \($0)" } ?? "not checked"))
+        out.append("    - audience (aud): " + (session.audience.map { "must include \($0)" } ?? "not checked"))
+        out.append("    - the contact is the claim '\(session.contactClaim)'; clock leeway \(Values.formatMillis(session.leewaySeconds * 1000))")
+        return out
+    }
+
+    static func explain(_ introspection: IntrospectionPolicy) -> [String] {
+        let ttl = introspection.cacheTTLSeconds == 0 ? "not cached" : "cached for \(Values.formatMillis(introspection.cacheTTLSeconds * 1000))"
+        return [
+            "    - an opaque session token, read from \(tokenSource(introspection.source))",
+            "    - checked by the app backend's introspection endpoint (RFC 7662) at \(introspection.url) (host \(hostOf(introspection.url))), "
+                + "which receives the token in a form POST; PushWarden authenticates there with \(clientAuth(introspection.clientAuth))",
+            "    - only an answer with \"active\": true and a contact in '\(introspection.contactField)' is a session; "
+                + "answers \(ttl) (never past their exp), refusals for 5s, keyed by a hash of the token; "
+                + "each call is bounded by \(Values.formatMillis(introspection.timeoutMillis)); endpoint down and nothing cached: 503",
+        ]
+    }
+
+    static func tokenSource(_ source: IntrospectionPolicy.TokenSource) -> String {
+        switch source {
+        case .header(let name): return "header \(name) as \"Bearer <token>\""
+        case .cookie(let name): return "cookie \(name)"
+        }
+    }
+
+    static func clientAuth(_ auth: IntrospectionPolicy.ClientAuth) -> String {
+        switch auth {
+        case .bearer(let ref): return "a bearer credential from \(ref)"
+        case .basic(let user, let ref): return "HTTP Basic as user \(user), password from \(ref)"
+        }
+    }
+
+    /// Where the contact id comes from, completing "contact_id: ".
+    static func contactSource(_ session: AppSession) -> String {
+        switch session {
+        case .jwt(let jwt): return "from the session claim '\(jwt.contactClaim)'"
+        case .introspect(let introspection): return "from the introspection answer's '\(introspection.contactField)'"
+        }
+    }
+
+    /// The secret a session check uses, with what it is for.
+    static func sessionSecret(_ session: AppSession) -> (reference: SecretRef, purpose: String)? {
+        switch session {
+        case .jwt(let jwt):
+            if case .hmacSecret(let ref) = jwt.keys { return (ref, "session HMAC secret") }
+            return nil
+        case .introspect(let introspection):
+            return (introspection.clientAuth.secret, "session introspection \(introspection.clientAuth.kind) credential")
+        }
     }
 
     static func hostOf(_ url: String) -> String {

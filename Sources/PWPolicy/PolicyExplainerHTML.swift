@@ -170,7 +170,7 @@ public enum PolicyExplainerHTML {
     static func clientBox(_ app: AppPolicy) -> Box {
         let client = app.client
         var lines = [Box.Line("platforms: " + client.platforms.map(\.rawValue).joined(separator: ", "), "strong"),
-                     Box.Line("session JWT: " + sessionCarrier(app.session)),
+                     Box.Line(sessionCarrier(app.session)),
                      Box.Line(""),
                      Box.Line("register (POST …/installations):", "strong")]
         lines += PolicyExplainer.registerFields.map { Box.Line("  " + $0) }
@@ -188,29 +188,38 @@ public enum PolicyExplainerHTML {
         return Box(title: "Client app", lines: lines, kind: "client")
     }
 
-    static func sessionCarrier(_ session: SessionPolicy) -> String {
-        var parts: [String] = []
-        if let header = session.header { parts.append("header \(header)") }
-        if let cookie = session.cookie { parts.append("cookie \(cookie)") }
-        return parts.joined(separator: " or ")
+    static func sessionCarrier(_ session: AppSession) -> String {
+        switch session {
+        case .jwt(let jwt):
+            var parts: [String] = []
+            if let header = jwt.header { parts.append("header \(header)") }
+            if let cookie = jwt.cookie { parts.append("cookie \(cookie)") }
+            return "session JWT: " + parts.joined(separator: " or ")
+        case .introspect(let introspection):
+            switch introspection.source {
+            case .header(let name): return "session token: header \(name)"
+            case .cookie(let name): return "session token: cookie \(name)"
+            }
+        }
     }
 
     static func serverBox(_ app: AppPolicy) -> Box {
-        let session = app.session
-        var lines = [Box.Line("checks the session:", "strong"),
-                     Box.Line("  " + session.algorithms.map(\.rawValue).joined(separator: ", ") + " only")]
-        switch session.keys {
-        case .hmacSecret(let ref): lines.append(Box.Line("  HMAC secret " + ref.description, "secret"))
-        case .jwksFile(let path): lines.append(Box.Line("  public keys: JWKS file " + path))
-        case .jwksURL(let jwks):
-            lines.append(Box.Line("  public keys fetched from " + jwks.url))
-            if let file = jwks.fallbackFile { lines.append(Box.Line("  fallback JWKS file " + file)) }
+        var lines: [Box.Line]
+        switch app.session {
+        case .jwt(let session):
+            lines = jwtLines(session)
+        case .introspect(let introspection):
+            lines = [Box.Line("checks the session:", "strong"),
+                     Box.Line("  asks host " + PolicyExplainer.hostOf(introspection.url) + " (RFC 7662 introspection)", "host"),
+                     Box.Line("  " + introspection.url, "muted"),
+                     Box.Line("  as " + PolicyExplainer.clientAuth(introspection.clientAuth), "secret"),
+                     Box.Line("  answers cached " + (introspection.cacheTTLSeconds == 0 ? "never" : "up to " + duration(seconds: introspection.cacheTTLSeconds))
+                              + ", never past exp; refusals 5s"),
+                     Box.Line("  timeout " + Values.formatMillis(introspection.timeoutMillis)),
+                     Box.Line(""),
+                     Box.Line("injects:", "strong"),
+                     Box.Line("  contact_id ← introspection answer '\(introspection.contactField)'")]
         }
-        lines.append(Box.Line("  iss: " + (session.issuer ?? "not checked")))
-        lines.append(Box.Line("  aud: " + (session.audience ?? "not checked")))
-        lines.append(Box.Line(""))
-        lines.append(Box.Line("injects:", "strong"))
-        lines.append(Box.Line("  contact_id ← session claim '\(session.contactClaim)'"))
         lines.append(Box.Line("  per upstream: the values marked + in its box", "muted"))
         lines.append(Box.Line(""))
         lines.append(Box.Line("secrets (names only):", "strong"))
@@ -225,10 +234,29 @@ public enum PolicyExplainerHTML {
         return Box(title: "PushWarden — app '\(app.id)'", lines: lines, kind: "server")
     }
 
+    /// The session lines of a JWT app's box, up to its injected values.
+    static func jwtLines(_ session: SessionPolicy) -> [Box.Line] {
+        var lines = [Box.Line("checks the session:", "strong"),
+                     Box.Line("  " + session.algorithms.map(\.rawValue).joined(separator: ", ") + " only")]
+        switch session.keys {
+        case .hmacSecret(let ref): lines.append(Box.Line("  HMAC secret " + ref.description, "secret"))
+        case .jwksFile(let path): lines.append(Box.Line("  public keys: JWKS file " + path))
+        case .jwksURL(let jwks):
+            lines.append(Box.Line("  public keys fetched from " + jwks.url))
+            if let file = jwks.fallbackFile { lines.append(Box.Line("  fallback JWKS file " + file)) }
+        }
+        lines.append(Box.Line("  iss: " + (session.issuer ?? "not checked")))
+        lines.append(Box.Line("  aud: " + (session.audience ?? "not checked")))
+        lines.append(Box.Line(""))
+        lines.append(Box.Line("injects:", "strong"))
+        lines.append(Box.Line("  contact_id ← session claim '\(session.contactClaim)'"))
+        return lines
+    }
+
     /// Every secret reference of `app` with what it is for, in the order `PolicyExplainer` lists them.
     static func secretReferences(_ app: AppPolicy) -> [(String, String)] {
         var refs: [(String, String)] = []
-        if case .hmacSecret(let ref) = app.session.keys { refs.append((ref.description, "session HMAC secret")) }
+        if let use = PolicyExplainer.sessionSecret(app.session) { refs.append((use.reference.description, use.purpose)) }
         for upstream in app.upstreams {
             for use in upstream.provider.settings.secrets {
                 refs.append((use.reference.description, "'\(upstream.name)' \(use.purpose)"))
@@ -304,6 +332,10 @@ public enum PolicyExplainerHTML {
                                   + (previous == 0 ? "" : ": " + store.previousEncryptionKeys.map(\.description).joined(separator: ", "))))
         } else {
             lines.append(Box.Line("  off: push tokens and Web Push secrets are stored as sent"))
+        }
+        if let introspection = app.session.introspection {
+            lines.append(Box.Line("introspection answers (process memory only):", "strong"))
+            lines.append(Box.Line("  keyed by a hash of the session token, up to \(duration(seconds: introspection.cacheTTLSeconds)); refusals 5s"))
         }
         lines.append(Box.Line("in memory, or in Redis with serve --redis; rate-limit counters for their window", "muted"))
         return Box(title: "Stored by PushWarden", lines: lines, kind: "store")

@@ -174,20 +174,99 @@ struct PolicyReader {
 
     // MARK: session
 
-    func session(_ node: YAMLNode, _ path: String) -> SessionPolicy? {
-        let keys = ["type", "header", "cookie", "algorithms", "jwks_file", "jwks_url", "jwks_refresh", "hmac_secret", "issuer",
-                    "audience", "contact_claim", "leeway"]
-        // Only `jwt` is implemented; an introspect block has its own keys, so do not call them unknown.
+    static let jwtSessionKeys = ["type", "header", "cookie", "algorithms", "jwks_file", "jwks_url", "jwks_refresh", "hmac_secret",
+                                 "issuer", "audience", "contact_claim", "leeway"]
+    static let introspectSessionKeys = ["type", "url", "client_auth", "header", "cookie", "contact_field", "cache_ttl", "timeout"]
+
+    func session(_ node: YAMLNode, _ path: String) -> AppSession? {
+        // Each type has its own keys; with a type that is no known one, its keys cannot be judged.
         let typeNode = Self.rawValue(of: "type", in: node)
-        let isJWT = typeNode?.scalar == "jwt"
-        let fields = Fields(checker, node, path, allowed: isJWT || typeNode == nil ? keys : nil)
+        let allowed: [String]?
+        if typeNode == nil || typeNode?.scalar == "jwt" {
+            allowed = Self.jwtSessionKeys
+        } else if typeNode?.scalar == "introspect" {
+            allowed = Self.introspectSessionKeys
+        } else {
+            allowed = nil
+        }
+        let fields = Fields(checker, node, path, allowed: allowed)
         guard let typeNode = fields.required("type"), let type = checker.choice(typeNode, fields.at("type"), ["jwt", "introspect"]) else {
             return nil
         }
-        guard type == "jwt" else {
-            checker.report(typeNode.mark, fields.at("type"), "session type '\(type)' is not supported in this version; use jwt")
+        if type == "introspect" { return introspection(fields, path).map(AppSession.introspect) }
+        return jwtSession(fields, path).map(AppSession.jwt)
+    }
+
+    /// `type: introspect`: `url` and `client_auth` required, the token read from exactly one of
+    /// `header` (default `Authorization`) or `cookie`, `contact_field` required, `cache_ttl`
+    /// `0s`..`1h` in whole seconds (default `60s`), `timeout` `50ms`..`10s` (default `500ms`).
+    func introspection(_ fields: Fields, _ path: String) -> IntrospectionPolicy? {
+        var ok = true
+        let url = fields.required("url").flatMap { identityProviderURL($0, fields.at("url")) }
+        let clientAuth = fields.required("client_auth").flatMap { self.clientAuth($0, fields.at("client_auth")) }
+        var source: IntrospectionPolicy.TokenSource? = .header("Authorization")
+        switch (fields["header"], fields["cookie"]) {
+        case (_?, let cookie?):
+            checker.report(cookie.mark, fields.at("cookie"), "give header or cookie, not both: an introspected token is read from one place")
+            ok = false
+        case (let header?, nil):
+            source = headerName(header, fields.at("header")).map(IntrospectionPolicy.TokenSource.header)
+        case (nil, let cookie?):
+            source = cookieName(cookie, fields.at("cookie")).map(IntrospectionPolicy.TokenSource.cookie)
+        case (nil, nil):
+            break
+        }
+        let contactField = fields.required("contact_field").flatMap { checker.string($0, fields.at("contact_field")) }
+        var ttl: Int? = 60
+        if let node = fields["cache_ttl"] {
+            ttl = checker.duration(node, fields.at("cache_ttl"), min: 0, max: 3_600_000).flatMap { millis in
+                guard millis % 1000 == 0 else {
+                    checker.report(node.mark, fields.at("cache_ttl"), "must be a whole number of seconds")
+                    return nil
+                }
+                return millis / 1000
+            }
+        }
+        var timeout: Int? = 500
+        if let node = fields["timeout"] { timeout = checker.duration(node, fields.at("timeout"), min: 50, max: 10_000) }
+        guard ok, let url, let clientAuth, let source, let contactField, let ttl, let timeout else { return nil }
+        return IntrospectionPolicy(url: url, clientAuth: clientAuth, source: source, contactField: contactField,
+                                   cacheTTLSeconds: ttl, timeoutMillis: timeout)
+    }
+
+    /// `{bearer: SECRET}` or `{basic: {user: NAME, password: SECRET}}`, exactly one.
+    func clientAuth(_ node: YAMLNode, _ path: String) -> IntrospectionPolicy.ClientAuth? {
+        let fields = Fields(checker, node, path, allowed: ["bearer", "basic"])
+        guard fields.isMapping else { return nil }
+        guard fields.keys.count == 1 else {
+            if fields.keys.count > 1 {
+                checker.report(fields.keys[1].mark, path, "give exactly one of bearer or basic")
+            } else if fields.isClean {
+                checker.report(fields.mark, path, "give one of bearer: {env: NAME} or basic: {user: NAME, password: {env: NAME}}")
+            }
             return nil
         }
+        if let bearer = fields["bearer"] {
+            return checker.secret(bearer, fields.at("bearer")).map(IntrospectionPolicy.ClientAuth.bearer)
+        }
+        guard let basicNode = fields["basic"] else { return nil }
+        let basic = Fields(checker, basicNode, fields.at("basic"), allowed: ["user", "password"])
+        guard basic.isMapping else { return nil }
+        var user: String?
+        if let node = basic.required("user"), let text = checker.string(node, basic.at("user")) {
+            // RFC 7617, section 2: the user-id cannot contain a colon; visible ASCII keeps it unambiguous.
+            if text.utf8.count <= 128, text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ":") }) {
+                user = text
+            } else {
+                checker.report(node.mark, basic.at("user"), "expected 1 to 128 visible ASCII characters without ':'")
+            }
+        }
+        let password = basic.required("password").flatMap { checker.secret($0, basic.at("password")) }
+        guard let user, let password else { return nil }
+        return .basic(user: user, password: password)
+    }
+
+    func jwtSession(_ fields: Fields, _ path: String) -> SessionPolicy? {
         var ok = true
         var header = fields["header"].flatMap { headerName($0, fields.at("header")) }
         let cookie = fields["cookie"].flatMap { cookieName($0, fields.at("cookie")) }

@@ -11,8 +11,10 @@ public enum SessionPolicyCheck {
                                    reader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile) -> [Diagnostic] {
         var diagnostics: [Diagnostic] = []
         for app in policy.apps {
+            // An introspected session names no key file.
+            guard let session = app.session.jwt else { continue }
             let file: String
-            switch app.session.keys {
+            switch session.keys {
             case .jwksFile(let path): file = path
             case .jwksURL(let jwks):
                 // The URL's keys are the identity provider's, fetched by `serve`; its fallback file is the operator's.
@@ -22,7 +24,7 @@ public enum SessionPolicyCheck {
             }
             let path = "apps.\(app.id).session.jwks_file"
             do {
-                let keys = try JWKSet.load(path: file, algorithms: app.session.algorithms, reader: reader)
+                let keys = try JWKSet.load(path: file, algorithms: session.algorithms, reader: reader)
                 for skipped in keys.skipped {
                     diagnostics.append(policy.diagnostic(at: path, "\(file): \(skipped.name) skipped: \(skipped.reason)", severity: .warning))
                 }

@@ -178,6 +178,22 @@ public final class SessionVerifier: Sendable {
         return .failure(AuthFailure(headerProblem ?? "no session token"))
     }
 
+    /// The token of `name: Bearer <token>` in `headers`, for session types that do not verify it
+    /// in place (introspection): one such header field, in the Bearer form, at most
+    /// `maxTokenBytes` long. `.success(nil)` when the header is absent.
+    public static func bearerToken(in headers: HTTPHeaders, header name: String) -> Result<String?, AuthFailure> {
+        var found: String?
+        for field in headers where HTTPHeaders.equalsIgnoringCase(field.name, name) {
+            if found != nil { return .failure(AuthFailure("several \(name) headers")) }
+            found = field.value
+        }
+        guard var value = found else { return .success(nil) }
+        let token = value.withUTF8 { bytes in bearerToken(in: bytes).map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) } }
+        guard let token else { return .failure(AuthFailure("\(name) header is not a Bearer token")) }
+        guard token.utf8.count <= maxTokenBytes else { return .failure(AuthFailure("token longer than \(maxTokenBytes) bytes")) }
+        return .success(token)
+    }
+
     /// The index of the first `byte` in `bytes` at or after `start`, or `bytes.count`.
     static func find(_ byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
         guard start < bytes.count, let base = bytes.baseAddress,
@@ -222,7 +238,7 @@ public final class SessionVerifier: Sendable {
     /// The first non-empty value of cookie `name` across `Cookie` header fields (RFC 6265,
     /// section 5.4: `name=value` pairs separated by `;`, a value optionally in double quotes).
     /// Names compare case-sensitively.
-    static func cookie(named name: String, in fields: [String]) -> String? {
+    public static func cookie(named name: String, in fields: [String]) -> String? {
         for field in fields {
             for pair in field.split(separator: ";", omittingEmptySubsequences: true) {
                 guard let equals = pair.firstIndex(of: "=") else { continue }
@@ -411,24 +427,38 @@ public final class SessionVerifier: Sendable {
         let claimName = policy.contactClaim
         guard let contactValue = claims[claimName] else { return fail("missing contact claim \(claimName)") }
         let contact: String
-        switch Self.contactText(contactValue) {
+        switch Self.contactID(contactValue, named: "contact claim \(claimName)") {
         case .success(let text): contact = text
-        case .failure(let failure): return fail("contact claim \(claimName) \(failure.reason)")
+        case .failure(let failure): return .failure(failure)
         }
-        guard !contact.isEmpty else { return fail("contact claim \(claimName) is empty") }
+        return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+    }
+
+    /// The contact id in `value` (a JWT claim, or a member of an introspection answer) by the
+    /// rules every session type shares: `contactText`, then not empty, at most
+    /// `maxContactIDLength` characters, no control or invisible formatting character, not only
+    /// white space. `label` starts the refusal's reason ("contact claim sub").
+    public static func contactID(_ value: JSONValue, named label: String) -> Result<String, AuthFailure> {
+        func fail(_ reason: String) -> Result<String, AuthFailure> { .failure(AuthFailure(reason)) }
+        let contact: String
+        switch contactText(value) {
+        case .success(let text): contact = text
+        case .failure(let failure): return fail("\(label) \(failure.reason)")
+        }
+        guard !contact.isEmpty else { return fail("\(label) is empty") }
         // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
         let bytes = contact.utf8.count
-        let length = bytes <= Self.maxContactIDLength ? bytes : contact.unicodeScalars.count
-        guard length <= Self.maxContactIDLength else {
-            return fail("contact claim \(claimName) is longer than \(Self.maxContactIDLength) characters")
+        let length = bytes <= maxContactIDLength ? bytes : contact.unicodeScalars.count
+        guard length <= maxContactIDLength else {
+            return fail("\(label) is longer than \(maxContactIDLength) characters")
         }
-        // The rule client fields obey (TextRules): whatever signed the session, the contact id is
-        // forwarded, logged and shown on provider dashboards as it is.
+        // The rule client fields obey (TextRules): whatever vouched for the session, the contact id
+        // is forwarded, logged and shown on provider dashboards as it is.
         if let scalar = TextRules.firstForbidden(in: contact) {
-            return fail("contact claim \(claimName) contains a control or invisible formatting character (\(TextRules.codePoint(scalar)))")
+            return fail("\(label) contains a control or invisible formatting character (\(TextRules.codePoint(scalar)))")
         }
-        guard !TextRules.isBlank(contact) else { return fail("contact claim \(claimName) is only white space") }
-        return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+        guard !TextRules.isBlank(contact) else { return fail("\(label) is only white space") }
+        return .success(contact)
     }
 
     /// A contact claim's text: a string as it is, or a JSON integer (identity providers that key

@@ -339,8 +339,10 @@ func devToken(_ arguments: ArraySlice<String>) -> Never {
     guard ttl > 0, ttl <= 7 * 86_400 else { fail("--ttl must be 1 to 604800 seconds") }
     let policy = loadPolicyOrExit(policyPath)
     guard let app = policy.app(appID) else { fail("no app \(appID) in \(policyPath)") }
+    // An introspected session is the app backend's to issue: there is nothing to mint here.
+    guard let session = app.session.jwt else { fail("dev-token works only for apps whose session uses hmac_secret with HS256", code: 1) }
     do {
-        print(try DevToken.mint(session: app.session, contactID: contact, ttlSeconds: ttl))
+        print(try DevToken.mint(session: session, contactID: contact, ttlSeconds: ttl))
     } catch {
         fail(error.description, code: 1)
     }

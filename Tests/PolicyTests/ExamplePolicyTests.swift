@@ -15,10 +15,10 @@ func packageRoot(_ file: String = #filePath) -> URL {
         let policy = try result.get()
         #expect(policy.apps.map(\.id) == ["demo"])
         let app = try #require(policy.app("demo"))
-        #expect(app.session == SessionPolicy(header: "Authorization", cookie: nil, algorithms: [.hs256],
-                                             keys: .hmacSecret(.env("PUSHWARDEN_DEMO_SESSION_SECRET")),
-                                             issuer: "pushwarden-demo", audience: "demo-app", contactClaim: "sub",
-                                             leewaySeconds: 30))
+        #expect(app.session == .jwt(SessionPolicy(header: "Authorization", cookie: nil, algorithms: [.hs256],
+                                                  keys: .hmacSecret(.env("PUSHWARDEN_DEMO_SESSION_SECRET")),
+                                                  issuer: "pushwarden-demo", audience: "demo-app", contactClaim: "sub",
+                                                  leewaySeconds: 30)))
         #expect(app.client == ClientPolicy(platforms: [.ios, .android, .web], contactID: .verify, unknownFields: .reject,
                                            maxBody: 16 * 1024, maxEvents: 100, rateLimits: [
                                                "register": .init(requests: 20, perSeconds: 60),
@@ -37,10 +37,10 @@ func packageRoot(_ file: String = #filePath) -> URL {
         let result = PolicyLoader.load(path: path)
         if case .failure(let failure) = result { Issue.record("\(failure)") }
         let app = try #require(try result.get().app("shop"))
-        #expect(app.session == SessionPolicy(header: "Authorization", cookie: "session", algorithms: [.es256],
-                                             keys: .jwksFile("/etc/pushwarden/shop-jwks.json"),
-                                             issuer: "https://auth.example.com", audience: "shop-app",
-                                             contactClaim: "contact_id", leewaySeconds: 30))
+        #expect(app.session == .jwt(SessionPolicy(header: "Authorization", cookie: "session", algorithms: [.es256],
+                                                  keys: .jwksFile("/etc/pushwarden/shop-jwks.json"),
+                                                  issuer: "https://auth.example.com", audience: "shop-app",
+                                                  contactClaim: "contact_id", leewaySeconds: 30)))
         #expect(app.client.platforms == [.ios, .android])
         #expect(app.client.contactID == .reject)
         #expect(app.upstreams == [UpstreamPolicy(

@@ -342,9 +342,6 @@ let moreBadFixtures: [Fixture] = [
     Fixture(name: "no apps", yaml: "version: 1\napps: {}\n", expected: [
         "t.yaml:2:7: apps: declare at least one app",
     ]),
-    Fixture(name: "introspect sessions", yaml: minimalPolicy.replacingFirst("type: jwt", with: "type: introspect"), expected: [
-        "t.yaml:5:13: apps.shop.session.type: session type 'introspect' is not supported in this version; use jwt",
-    ]),
     Fixture(name: "unknown provider", yaml: minimalPolicy.replacingFirst("provider: dry_run", with: "provider: apns"), expected: [
         "t.yaml:12:19: apps.shop.upstreams[0].provider: invalid value 'apns'; expected one of: voyado, voidhash, fluxer, nativenotify, pushnotice, dry_run",
     ]),

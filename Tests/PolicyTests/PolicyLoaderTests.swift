@@ -18,9 +18,9 @@ import Testing
         let app = try #require(policy.app("shop"))
         #expect(policy.version == 1)
         #expect(policy.sourcePath == "t.yaml")
-        #expect(app.session == SessionPolicy(header: "Authorization", cookie: nil, algorithms: [.hs256],
-                                             keys: .hmacSecret(.env("SHOP_SESSION_SECRET")), issuer: nil, audience: nil,
-                                             contactClaim: "sub", leewaySeconds: 30))
+        #expect(app.session == .jwt(SessionPolicy(header: "Authorization", cookie: nil, algorithms: [.hs256],
+                                                  keys: .hmacSecret(.env("SHOP_SESSION_SECRET")), issuer: nil, audience: nil,
+                                                  contactClaim: "sub", leewaySeconds: 30)))
         #expect(app.client == ClientPolicy(platforms: [.ios], contactID: .verify, unknownFields: .reject,
                                            maxBody: 16 * 1024, maxEvents: 100, rateLimits: [:]))
         #expect(app.dedupe == DedupePolicy(refreshAfterSeconds: 7 * 86_400))
@@ -51,7 +51,7 @@ import Testing
 
     @Test func cookieOnlySessionHasNoHeader() throws {
         let text = minimalPolicy.replacingFirst("      type: jwt", with: "      type: jwt\n      cookie: sid")
-        let session = try PolicyLoader.load(text: text, path: "t.yaml").get().apps[0].session
+        let session = try #require(try PolicyLoader.load(text: text, path: "t.yaml").get().apps[0].session.jwt)
         #expect(session.header == nil)
         #expect(session.cookie == "sid")
     }

@@ -45,7 +45,7 @@ import Testing
                 let (adapter, transport) = try ProviderFactory.make(upstream, app: "shop", secrets: resolver, network: client, logger: logger)
                 callers.append(UpstreamCaller(app: "shop", adapter: adapter, policy: upstream, transport: transport, metrics: metrics, logger: logger))
             }
-            app = AppRuntime(policy: policyApp, sessions: try SessionVerifier(policy: policyApp.session, secrets: resolver), upstreams: callers)
+            app = AppRuntime(policy: policyApp, sessions: try SessionVerifier(policy: #require(policyApp.session.jwt), secrets: resolver), upstreams: callers)
             store = MemoryStore()
             registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                                   identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)

@@ -62,9 +62,9 @@ import Testing
         #expect(try diagnostics(jwks) == [
             #"p.yaml:7:18: apps.shop.session.jwks_file: /etc/pushwarden/shop-jwks.json: keys[0] (kid "e1"): RSA public exponent is not a small odd number above 1"#,
         ])
-        let policy = try PolicyLoader.load(text: Self.yaml, path: "p.yaml").get()
+        let session = try #require(try PolicyLoader.load(text: Self.yaml, path: "p.yaml").get().apps[0].session.jwt)
         #expect(throws: SessionConfigError(#"session jwks_file /etc/pushwarden/shop-jwks.json: keys[0] (kid "e1"): RSA public exponent is not a small odd number above 1"#)) {
-            try SessionVerifier(policy: policy.apps[0].session, secrets: StaticSecrets([:]), jwksLoader: { _ in Array(jwks.utf8) })
+            try SessionVerifier(policy: session, secrets: StaticSecrets([:]), jwksLoader: { _ in Array(jwks.utf8) })
         }
     }
 }

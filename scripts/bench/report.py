@@ -48,6 +48,10 @@ info("floor_inline", "floor: HTTPServer alone (info)", facts.get("hit_conns"), "
 info("floor_redis", "floor: + one Redis GET (info)", facts.get("hit_conns"), "nginx_static")
 p1 = ratio(rps("pw_hit_hs256"), rps("nginx_static"))
 scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", ">= 0.50x", f"{p1:.2f}x", p1 >= 0.5)
+# An introspected session served from the warm cache, against P1 with HS256 in the same run.
+pi = ratio(rps("pw_hit_introspect"), rps("pw_hit_hs256"))
+scenario("pw_hit_introspect", "P1 dedupe hit, introspected session (cache warm)", facts.get("hit_conns"),
+         f"{rps('pw_hit_hs256'):.0f} (P1 HS256)", ">= 0.90x P1", f"{pi:.2f}x", pi >= 0.9)
 verify = float(facts.get("openssl_es256_verify", "0") or 0)
 p1es = ratio(rps("pw_hit_es256"), verify)
 scenario("pw_hit_es256", "P1 dedupe hit ES256", facts.get("hit_conns"), f"{verify:.0f} verify/s", ">= 0.70x", f"{p1es:.2f}x", p1es >= 0.7)
@@ -111,6 +115,8 @@ if cpu:
     print("CPU during each scenario, in cores of the machine's " + facts.get("nproc", "?") + " (processes using under 1%/s left out):")
     for name, value in cpu:
         print(f"  {name:16} {value}")
+if "pw_hit_introspect_introspection_calls" in facts:
+    print(f"introspection calls during pw_hit_introspect (0: every session came from the cache): {facts['pw_hit_introspect_introspection_calls']}")
 calls = {k[: -len("_upstream_calls")]: v for k, v in facts.items() if k.endswith("_upstream_calls")}
 if calls:
     print("upstream calls during hit scenarios (0: every request was a dedupe hit): "

@@ -42,6 +42,7 @@ public final class Metrics: Sendable {
         var outboxDead: [[String]: UInt64] = [:]          // app, upstream
         var circuitStates: [LabelPair: Int] = [:]         // app, upstream
         var jwksFetches: [[String]: UInt64] = [:]         // app, result
+        var introspections: [[String]: UInt64] = [:]      // app, result
         var jwksSince: [String: ContinuousClock.Instant] = [:]  // app: when its keys in force came
         var policyReloads: [[String]: UInt64] = [:]       // result
         var policySHA256: String?
@@ -83,6 +84,12 @@ public final class Metrics: Sendable {
     /// `too_large` or `invalid`.
     public func jwksFetch(app: String, result: String) {
         state.withLock { $0.jwksFetches[[app, result], default: 0] += 1 }
+    }
+
+    /// One call to an app's introspection endpoint: `result` is `active`, `refused` or `unavailable`.
+    /// Answers served from the cache are not calls.
+    public func introspection(app: String, result: String) {
+        state.withLock { $0.introspections[[app, result], default: 0] += 1 }
     }
 
     /// The app's keys in force were fetched (or its fallback file loaded) just now: the zero of
@@ -194,6 +201,8 @@ public final class Metrics: Sendable {
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))
         family("pushwarden_jwks_fetches_total", "Fetches of session keys from jwks_url by app and result.", "counter",
                ["app", "result"], snapshot.jwksFetches)
+        family("pushwarden_introspection_calls_total", "Calls to an app's session introspection endpoint by result (cache hits are not calls).",
+               "counter", ["app", "result"], snapshot.introspections)
         out += "# HELP pushwarden_jwks_age_seconds Seconds since the app's session keys in force were fetched.\n"
         out += "# TYPE pushwarden_jwks_age_seconds gauge\n"
         let now = ContinuousClock.now

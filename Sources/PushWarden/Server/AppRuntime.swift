@@ -2,21 +2,26 @@ import PWCore
 import PWPolicy
 import SessionAuth
 
-/// One app from the policy, ready to serve: its session verifier and its upstreams, the primary
-/// first.
+/// One app from the policy, ready to serve: how it authenticates sessions and its upstreams, the
+/// primary first.
 final class AppRuntime: Sendable {
     let policy: AppPolicy
-    let sessions: SessionVerifier
+    let sessions: SessionAuthenticator
     let upstreams: [UpstreamCaller]
     /// Keeps `sessions`' keys fresh when they come from a `jwks_url`; started when the app is put
     /// in force, stopped when a reload replaces it.
     let jwks: JWKSRefresher?
 
-    init(policy: AppPolicy, sessions: SessionVerifier, upstreams: [UpstreamCaller], jwks: JWKSRefresher? = nil) {
+    init(policy: AppPolicy, sessions: SessionAuthenticator, upstreams: [UpstreamCaller], jwks: JWKSRefresher? = nil) {
         self.policy = policy
         self.sessions = sessions
         self.upstreams = upstreams
         self.jwks = jwks
+    }
+
+    /// An app whose sessions are JWTs.
+    convenience init(policy: AppPolicy, sessions: SessionVerifier, upstreams: [UpstreamCaller], jwks: JWKSRefresher? = nil) {
+        self.init(policy: policy, sessions: .jwt(sessions), upstreams: upstreams, jwks: jwks)
     }
 
     /// Runs `body` for every upstream, concurrently when there are several, and returns the

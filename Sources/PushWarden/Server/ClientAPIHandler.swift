@@ -12,10 +12,12 @@ import Synchronization
 ///
 /// 1. `decide` (on the connection's loop, before the body is read): route, app, method and media
 ///    type, and the app's body cap.
-/// 2. `start` (on the same loop, the body read): authenticate the session, validate the body
-///    against the contract and apply the per-contact rate limit; then hand the accepted
-///    request to the `Registrar` (the registration operations beneath this layer) and answer
-///    with its outcomes. A registration every upstream already has is answered on the loop.
+/// 2. `start` (on the same loop, the body read): authenticate the session (decided on the loop,
+///    except for an introspected token the cache does not know: the request then continues
+///    on its loop when the endpoint answers), validate the body against the contract and apply
+///    the per-contact rate limit; then hand the accepted request to the `Registrar` (the
+///    registration operations beneath this layer) and answer with its outcomes. A registration
+///    every upstream already has is answered on the loop.
 ///
 /// Every refusal is a `ContractError` rendered in the contract's envelope; every answer is
 /// counted in metrics here.
@@ -83,8 +85,28 @@ public final class ClientAPIHandler: HTTPHandler {
     /// connection and it resumes there, instead of crossing to the pool and back.
     public func start(_ request: HTTPRequest, on loop: EventLoop, responder: HTTPResponder) {
         let requestID = RequestID.from(request.head.headers)
+        // `decide` resolved the route and app; the server hands them back with every request it reads.
+        guard let resolved = request.context as? Resolved else {
+            let error = ContractError(.internal, "request without the route its head resolved to")
+            responder.respond(answer(.failure(error), app: "-", route: "-", requestID: requestID))
+            return
+        }
+        switch resolved.app.sessions.check(request.head.headers) {
+        case .decided(let session):
+            authenticated(request, resolved, session, requestID: requestID, on: loop, responder: responder)
+        case .lookUp(let lookup):
+            // An introspected token the cache does not know: the endpoint's answer continues the request here.
+            lookup.run(on: loop) { [self] session in
+                authenticated(request, resolved, session, requestID: requestID, on: loop, responder: responder)
+            }
+        }
+    }
+
+    /// The request once its session is known: the body, then the rate limit, then the route.
+    private func authenticated(_ request: HTTPRequest, _ resolved: Resolved, _ session: Result<Session, SessionRefusal>, requestID: String,
+                               on loop: EventLoop, responder: HTTPResponder) {
         let accepted: Accepted
-        switch accept(request, requestID: requestID) {
+        switch accept(request, resolved, session, requestID: requestID) {
         case .failure(let refusal):
             responder.respond(answer(.failure(refusal.error), app: refusal.app, route: refusal.route, requestID: requestID))
             return
@@ -193,14 +215,11 @@ public final class ClientAPIHandler: HTTPHandler {
         var route = "-"
     }
 
-    private func accept(_ request: HTTPRequest, requestID: String) -> Result<Accepted, Refusal> {
-        // `decide` resolved the route and app; the server hands them back with every request it reads.
-        guard let resolved = request.context as? Resolved else {
-            return .failure(Refusal(error: ContractError(.internal, "request without the route its head resolved to")))
-        }
+    private func accept(_ request: HTTPRequest, _ resolved: Resolved, _ authenticated: Result<Session, SessionRefusal>,
+                        requestID: String) -> Result<Accepted, Refusal> {
         let (app, route) = (resolved.app, resolved.route)
         do throws(ContractError) {
-            let session = try authenticate(request.head.headers, app: app, requestID: requestID)
+            let session = try self.session(authenticated, app: app, requestID: requestID)
             let client = app.policy.client
             let body: Accepted.Body
             switch route {
@@ -311,15 +330,23 @@ public final class ClientAPIHandler: HTTPHandler {
 
     // MARK: Session
 
-    private func authenticate(_ headers: HTTPHeaders, app: AppRuntime, requestID: String) throws(ContractError) -> Session {
-        switch app.sessions.authenticate(headers) {
+    /// How long a client is told to wait when the introspection endpoint cannot answer.
+    static let authRetryAfterSeconds = 5
+
+    /// The session, or the contract's refusal of its absence (logged; reasons never hold the token).
+    private func session(_ authenticated: Result<Session, SessionRefusal>, app: AppRuntime, requestID: String) throws(ContractError) -> Session {
+        switch authenticated {
         case .success(let session):
             return session
-        case .failure(let failure):
+        case .failure(.refused(let failure)):
             metrics.authFailure(app: app.policy.id)
             logger.bounded(.info, "session refused", key: app.policy.id + "\u{0}" + failure.reason,
                            [("app", app.policy.id), ("request_id", requestID), ("reason", failure.reason)])
             throw ContractError(.unauthorized, "a valid session is required")
+        case .failure(.unavailable(let reason)):
+            logger.bounded(.warning, "session not checked: the introspection endpoint did not answer", key: app.policy.id,
+                           [("app", app.policy.id), ("request_id", requestID), ("reason", reason)])
+            throw ContractError(.authUnavailable, "the session cannot be checked right now", retryAfter: Self.authRetryAfterSeconds)
         }
     }
 }

@@ -103,7 +103,7 @@ public final class Sidecar: Sendable {
         let loopCount: Int
 
         init(configuration: ServeConfiguration, logger: Logger, secrets: any SecretResolving, store: (any DedupeStore)?,
-             transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming) throws(StartupError) {
+             transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming, clock: any WallClock) throws(StartupError) {
             if let store {
                 self.store = store
                 redis = nil
@@ -141,7 +141,8 @@ public final class Sidecar: Sendable {
                     throw StartupError("cannot start the upstream HTTP client: \(error.detail)")
                 }
             }
-            builder = AppBuilder(secrets: secrets, network: network, metrics: Metrics(), logger: logger, jwksTiming: jwksTiming)
+            builder = AppBuilder(secrets: secrets, network: network, metrics: Metrics(), logger: logger, jwksTiming: jwksTiming,
+                                 clock: clock)
         }
     }
 
@@ -151,11 +152,12 @@ public final class Sidecar: Sendable {
     /// - Parameters:
     ///   - store: overrides the store chosen by `configuration.redisURL` (tests).
     ///   - transport: overrides the network for real providers (tests).
+    ///   - clock: the wall clock sessions are judged by (token `exp`, introspection cache; tests set it).
     public convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger,
                             secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
-                            transport: (any UpstreamTransport)? = nil) throws(StartupError) {
+                            transport: (any UpstreamTransport)? = nil, clock: any WallClock = SystemClock()) throws(StartupError) {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
-                              jwksTiming: JWKSTiming())
+                              jwksTiming: JWKSTiming(), clock: clock)
         let apps = try parts.builder.buildOffline(policy)
         try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps,
                       administration: nil)
@@ -166,7 +168,7 @@ public final class Sidecar: Sendable {
     convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger, secrets: some SecretResolving,
                      store: (any DedupeStore)?, administration: any ContactAdministration) throws(StartupError) {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: nil,
-                              jwksTiming: JWKSTiming())
+                              jwksTiming: JWKSTiming(), clock: SystemClock())
         let apps = try parts.builder.buildOffline(policy)
         try self.init(policy: policy, sha256: nil, configuration: configuration, logger: logger, parts: parts, apps: apps,
                       administration: administration)
@@ -178,11 +180,13 @@ public final class Sidecar: Sendable {
     /// - Parameters:
     ///   - sha256: the policy file's SHA-256 (hex), logged and exported as `pushwarden_policy_info`.
     ///   - jwksTiming: the `jwks_url` clock (tests shorten it).
+    ///   - clock: the wall clock sessions are judged by (token `exp`, introspection cache; tests set it).
     public static func start(policy: Policy, sha256: String? = nil, configuration: ServeConfiguration, logger: Logger,
                              secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
-                             transport: (any UpstreamTransport)? = nil, jwksTiming: JWKSTiming = JWKSTiming()) async throws(StartupError) -> Sidecar {
+                             transport: (any UpstreamTransport)? = nil, jwksTiming: JWKSTiming = JWKSTiming(),
+                             clock: any WallClock = SystemClock()) async throws(StartupError) -> Sidecar {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
-                              jwksTiming: jwksTiming)
+                              jwksTiming: jwksTiming, clock: clock)
         let apps = try await parts.builder.build(policy)
         return try Sidecar(policy: policy, sha256: sha256, configuration: configuration, logger: logger, parts: parts, apps: apps,
                            administration: nil)
@@ -391,16 +395,19 @@ struct AppBuilder: Sendable {
     let metrics: Metrics
     let logger: Logger
     let jwksTiming: JWKSTiming
-    /// The client for identity providers (JWKS now), made on first use: answers are capped at
-    /// 64 KiB, and its connections are not the upstreams'.
+    let clock: any WallClock
+    /// The client for identity providers (JWKS, introspection), made on first use: answers are
+    /// capped at 64 KiB, and its connections are not the upstreams'.
     private let identity = IdentityClient()
 
-    init(secrets: any SecretResolving, network: any UpstreamTransport, metrics: Metrics, logger: Logger, jwksTiming: JWKSTiming) {
+    init(secrets: any SecretResolving, network: any UpstreamTransport, metrics: Metrics, logger: Logger, jwksTiming: JWKSTiming,
+         clock: any WallClock = SystemClock()) {
         self.secrets = secrets
         self.network = network
         self.metrics = metrics
         self.logger = logger
         self.jwksTiming = jwksTiming
+        self.clock = clock
     }
 
     func shutdown() { identity.shutdown() }
@@ -411,10 +418,10 @@ struct AppBuilder: Sendable {
         for app in policy.apps {
             var fetched: JWKSFetch.Fetched?
             var client: HTTPClient?
-            if case .jwksURL(let jwks) = app.session.keys {
+            if let session = app.session.jwt, case .jwksURL(let jwks) = session.keys {
                 let identityClient = try identity.client()
                 client = identityClient
-                switch await JWKSRefresher.firstFetch(app: app.id, settings: jwks, algorithms: app.session.algorithms,
+                switch await JWKSRefresher.firstFetch(app: app.id, settings: jwks, algorithms: session.algorithms,
                                                       client: identityClient, metrics: metrics, logger: logger, timing: jwksTiming) {
                 case .success(let keys):
                     fetched = keys
@@ -435,7 +442,7 @@ struct AppBuilder: Sendable {
     func buildOffline(_ policy: Policy) throws(StartupError) -> [String: AppRuntime] {
         var apps: [String: AppRuntime] = [:]
         for app in policy.apps {
-            if case .jwksURL = app.session.keys {
+            if case .jwksURL? = app.session.jwt?.keys {
                 throw StartupError("app \(app.id): session jwks_url needs Sidecar.start, which fetches the keys before listening")
             }
             apps[app.id] = try make(app, fetched: nil, client: nil)
@@ -444,31 +451,20 @@ struct AppBuilder: Sendable {
     }
 
     private func make(_ app: AppPolicy, fetched: JWKSFetch.Fetched?, client: HTTPClient?) throws(StartupError) -> AppRuntime {
-        let sessions: SessionVerifier
-        do {
-            sessions = try SessionVerifier(policy: app.session, secrets: secrets, fetchedKeys: fetched?.keys)
-        } catch {
-            throw StartupError("app \(app.id): session: \(error)")
-        }
-        var source: (String, String)?
-        switch app.session.keys {
-        case .jwksFile(let file): source = ("jwks_file", file)
-        case .jwksURL(let jwks): source = fetched != nil ? ("jwks_url", jwks.url) : ("jwks_file", jwks.fallbackFile ?? "")
-        case .hmacSecret: source = nil
-        }
-        if let source {
-            // `policy check` names the same keys of a file, as warnings.
-            for skipped in sessions.skippedJWKs {
-                var fields = [("app", app.id), source, ("key", "keys[\(skipped.index)]")]
-                if let kid = skipped.kid { fields.append(("kid", kid)) }
-                fields.append(("reason", skipped.reason))
-                logger.warning("session key skipped", fields)
-            }
-        }
+        let sessions: SessionAuthenticator
         var refresher: JWKSRefresher?
-        if case .jwksURL(let jwks) = app.session.keys, let client {
-            refresher = JWKSRefresher(app: app.id, settings: jwks, algorithms: app.session.algorithms, verifier: sessions, client: client,
-                                      first: fetched, metrics: metrics, logger: logger.with(label: "jwks"), timing: jwksTiming)
+        switch app.session {
+        case .jwt(let session):
+            let verifier = try jwtVerifier(app.id, session, fetched: fetched)
+            sessions = .jwt(verifier)
+            if case .jwksURL(let jwks) = session.keys, let client {
+                refresher = JWKSRefresher(app: app.id, settings: jwks, algorithms: session.algorithms, verifier: verifier, client: client,
+                                          first: fetched, metrics: metrics, logger: logger.with(label: "jwks"), timing: jwksTiming)
+            }
+        case .introspect(let introspection):
+            // No call at build time: the endpoint is asked per token, on the request's loop.
+            sessions = .introspect(try Introspector(app: app.id, policy: introspection, secrets: secrets, identity: identity, clock: clock,
+                                                    metrics: metrics, logger: logger.with(label: "introspect")))
         }
         var callers: [UpstreamCaller] = []
         for upstream in app.upstreams {
@@ -478,6 +474,32 @@ struct AppBuilder: Sendable {
         }
         callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }
         return AppRuntime(policy: app, sessions: sessions, upstreams: callers, jwks: refresher)
+    }
+
+    /// A JWT app's verifier, its skipped keys logged.
+    private func jwtVerifier(_ appID: String, _ session: SessionPolicy, fetched: JWKSFetch.Fetched?) throws(StartupError) -> SessionVerifier {
+        let sessions: SessionVerifier
+        do {
+            sessions = try SessionVerifier(policy: session, secrets: secrets, clock: clock, fetchedKeys: fetched?.keys)
+        } catch {
+            throw StartupError("app \(appID): session: \(error)")
+        }
+        var source: (String, String)?
+        switch session.keys {
+        case .jwksFile(let file): source = ("jwks_file", file)
+        case .jwksURL(let jwks): source = fetched != nil ? ("jwks_url", jwks.url) : ("jwks_file", jwks.fallbackFile ?? "")
+        case .hmacSecret: source = nil
+        }
+        if let source {
+            // `policy check` names the same keys of a file, as warnings.
+            for skipped in sessions.skippedJWKs {
+                var fields = [("app", appID), source, ("key", "keys[\(skipped.index)]")]
+                if let kid = skipped.kid { fields.append(("kid", kid)) }
+                fields.append(("reason", skipped.reason))
+                logger.warning("session key skipped", fields)
+            }
+        }
+        return sessions
     }
 }
 
@@ -490,8 +512,10 @@ final class IdentityClient: Sendable {
             if let client = state.client { return .success(client) }
             guard !state.closed else { return .failure(StartupError("the sidecar is shutting down")) }
             do throws(HTTPClientError) {
+                // Introspection calls come from every loop concurrently (one per token missing from
+                // the cache): each loop keeps up to 64 connections to the endpoint.
                 let client = try HTTPClient(configuration: HTTPClientConfiguration(
-                    maxConnectionsPerHost: 4, maxTotalConnections: 16, maxResponseBytes: JWKSFetch.maxBytes, userAgent: "pushwarden"))
+                    maxConnectionsPerHost: 64, maxTotalConnections: 128, maxResponseBytes: JWKSFetch.maxBytes, userAgent: "pushwarden"))
                 state.client = client
                 return .success(client)
             } catch {
