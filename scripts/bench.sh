@@ -18,7 +18,7 @@ HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,introspect,forwarded,queued,tail,memory}   # also: cluster
+SCENARIOS=${SCENARIOS:-hit,es256,introspect,forwarded,erase,queued,tail,memory}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -92,8 +92,10 @@ secret=$(openssl rand -hex 32)
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" >"$work/policy-base.yaml"
 # App benchi (introspected sessions) only for this build: a PW_BASELINE may predate session type introspect.
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
-  --introspect-port "$introspect_port" >"$work/policy.yaml"
+  --introspect-port "$introspect_port" --admin >"$work/policy.yaml"
 export BENCH_INTROSPECT_TOKEN=bench-introspect-token
+export BENCH_ADMIN_TOKEN
+BENCH_ADMIN_TOKEN=$(openssl rand -hex 32)
 
 BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
@@ -263,6 +265,14 @@ if want forwarded; then
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_forwarded "http://127.0.0.1:$base_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=b$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
   LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"
+fi
+# Erasure: contacts with 20 installations each (registered at the LATENCY_MS mock), each erased on
+# the admin listener; every unregister waits LATENCY_MS, so the bar is parallelism.
+if want erase; then
+  fact latency_ms "$LATENCY_MS"
+  "$bin/bench-tool" erase --url "http://127.0.0.1:$pw_port" --admin-url "http://127.0.0.1:$pw_admin" --secret "$secret" \
+    --admin-token "$BENCH_ADMIN_TOKEN" --installations 20 --contacts 5 >>"$results"
+  echo "  erase: $(grep '^erase_ms=' "$results" | tail -1)" >&2
 fi
 # Outbox rows: app benchq's upstream is queued to a port where nothing listens while registrations
 # are accepted (each a new token); then a mock with LATENCY_MS starts there and the outbox is timed

@@ -11,7 +11,9 @@ enum BenchPolicy {
     /// Given `introspectPort`, also app `benchi` whose sessions are introspected at that port
     /// (`mock-upstream --introspect-port`, credential from `BENCH_INTROSPECT_TOKEN`), cached for an
     /// hour so that a warmed cache stays warm, registering with the same upstream.
-    static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil) -> String {
+    /// With `admin`, the server-to-server API is on, its token from `BENCH_ADMIN_TOKEN` (the erase row).
+    static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil,
+                     admin: Bool = false) -> String {
         var text = "version: 1\napps:\n"
         text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
         if let jwksPath {
@@ -32,6 +34,7 @@ enum BenchPolicy {
                         extra: "        delivery: queued\n        retry: {attempts: 1, backoff: 50ms, max_backoff: 200ms}\n"
                             + "        circuit: {failures: 5, within: 10s, open_for: 500ms}\n")
         }
+        if admin { text += "admin:\n  token: {env: BENCH_ADMIN_TOKEN}\n" }
         return text
     }
 

@@ -31,7 +31,21 @@ if CommandLine.arguments.dropFirst().first == "policy" {
     }
     FileHandle.standardOutput.write(Data(BenchPolicy.yaml(mockPort: port, jwksPath: value("--jwks"),
                                                           queuedMockPort: value("--queued-mock-port").flatMap(Int.init),
-                                                          introspectPort: value("--introspect-port").flatMap(Int.init)).utf8))
+                                                          introspectPort: value("--introspect-port").flatMap(Int.init),
+                                                          admin: CommandLine.arguments.contains("--admin")).utf8))
+    exit(0)
+}
+
+if CommandLine.arguments.dropFirst().first == "erase" {
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do { try await runErase() } catch {
+            FileHandle.standardError.write(Data("erase failed: \(error)\n".utf8))
+            exit(1)
+        }
+        done.signal()
+    }
+    done.wait()
     exit(0)
 }
 

@@ -87,6 +87,15 @@ if "pw_queued" in rows:
         d = ratio(rate, rps("pw_forwarded"))
         table.append((f"outbox drain, {replicas} replica(s)", "-", f"{rate:.0f}", "-", "-", f"{rps('pw_forwarded'):.0f} (P2)",
                       f"{d:.2f}x ({waiting:.0f} in {seconds:.1f}s)", ">= 0.80x P2", "PASS" if d >= 0.8 and left == 0 else "FAIL", left))
+if "erase_ms" in facts:
+    times = sorted(float(t) for t in facts["erase_ms"].split(",") if t)
+    counts = [int(c) for c in facts.get("erase_installations", "").split(",") if c]
+    latency = float(facts.get("latency_ms", "50") or 50)
+    median = times[len(times) // 2] if times else 0.0
+    ok = bool(times) and median < 3 * latency and all(c == 20 for c in counts)
+    table.append(("erase a contact, 20 installations", "-", "-", f"{median:.0f}ms", f"{times[-1] if times else 0:.0f}ms (max)",
+                  f"{latency:.0f}ms (one call)", f"{median / latency:.2f}x one call ({len(times)} contacts, erased {counts})",
+                  "< 3x one call", "PASS" if ok else "FAIL", sum(1 for c in counts if c != 20)))
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9

@@ -7,10 +7,10 @@
 #    no server error (any 5xx fails: the dry_run upstream never needs 502/503), and every answer
 #    conforms to the document (status code, content type, headers, body schema); data the schema
 #    refuses must be refused (negative_data_rejection); other methods must get 405 with Allow;
-#    a request without a session must get 401. The server-to-server routes (tag
-#    server-to-server, x-pushwarden-status: not-built) are left out: their HTTP edge is built, but
-#    `serve` answers 404 there until the inventory behind them is wired. /healthz, /readyz and
-#    /metrics are checked on the admin listener in a second, small run.
+#    a request without a session must get 401. /healthz, /readyz and /metrics are checked on the
+#    admin listener in a second, small run; the server-to-server routes (tag server-to-server,
+#    list and erase a contact) in a third, with the admin token from the policy's `admin` block
+#    (a copy of the example policy with one) and the same checks: without the token 401.
 #
 # The example policy limits each contact to 20 registrations a minute, far below what a fuzzer
 # sends: the session of each request is taken in turn from a pool of freshly minted dev tokens
@@ -53,7 +53,11 @@ export PUSHWARDEN_DEMO_SESSION_SECRET
 PUSHWARDEN_DEMO_SESSION_SECRET=$(openssl rand -hex 32)
 PORT=$(free_port)
 ADMIN=$(free_port)
-.build/debug/pushwarden serve --policy policies/example.yaml --listen "127.0.0.1:$PORT" --admin "127.0.0.1:$ADMIN" \
+# The example policy with the server-to-server API turned on.
+export PUSHWARDEN_ADMIN_TOKEN
+PUSHWARDEN_ADMIN_TOKEN=$(openssl rand -hex 32)
+{ cat policies/example.yaml; printf '\nadmin:\n  token: {env: PUSHWARDEN_ADMIN_TOKEN}\n'; } >"$WORK/policy.yaml"
+.build/debug/pushwarden serve --policy "$WORK/policy.yaml" --listen "127.0.0.1:$PORT" --admin "127.0.0.1:$ADMIN" \
   --log-level error 2>"$WORK/sidecar.log" &
 PID=$!
 wait_http "http://127.0.0.1:$ADMIN/healthz" 30
@@ -64,11 +68,13 @@ for i in $(seq 1 "$POOL"); do
 done >"$WORK/tokens"
 
 cat >"$WORK/hooks.py" <<'EOF'
-# Each request's session from the pool, in turn per operation (one contact per token).
+# Each request's session from the pool, in turn per operation (one contact per token); the
+# server-to-server routes take the admin token instead.
 import itertools, os
 import schemathesis
 
 TOKENS = [line.strip() for line in open(os.environ["PW_TOKENS"]) if line.strip()]
+ADMIN = os.environ["PUSHWARDEN_ADMIN_TOKEN"]
 _turns = {}
 
 @schemathesis.auth()
@@ -77,8 +83,11 @@ class SessionPool:
         return TOKENS
 
     def set(self, case, tokens, ctx):
-        turn = _turns.setdefault(ctx.operation.path, itertools.cycle(tokens))
         case.headers = dict(case.headers or {})
+        if "/contacts/" in ctx.operation.path:
+            case.headers["Authorization"] = "Bearer " + ADMIN
+            return
+        turn = _turns.setdefault(ctx.operation.path, itertools.cycle(tokens))
         case.headers["Authorization"] = "Bearer " + next(turn)
 EOF
 
@@ -88,8 +97,8 @@ cat >"$WORK/schemathesis.toml" <<'EOF'
 
 [checks.negative_data_rejection]
 # 415: a request without a body has no Content-Type; 413: a generated body over max_body;
-# 429: the rate limit is checked before the body.
-expected-statuses = ["400", "401", "403", "404", "413", "415", "429"]
+# 429: the rate limit is checked before the body; 405: the server-to-server routes' methods.
+expected-statuses = ["400", "401", "403", "404", "405", "413", "415", "429"]
 EOF
 
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,unsupported_method,allow_header_conformance,ignored_auth
@@ -120,5 +129,9 @@ echo "openapi: schemathesis against the operational endpoints on 127.0.0.1:$ADMI
 admin_rc=0
 run_schemathesis admin "http://127.0.0.1:$ADMIN" --include-tag operations || admin_rc=$?
 
+echo "openapi: schemathesis against the server-to-server API on 127.0.0.1:$ADMIN"
+contacts_rc=0
+run_schemathesis contacts "http://127.0.0.1:$ADMIN" --include-tag server-to-server || contacts_rc=$?
+
 kill -0 "$PID" 2>/dev/null || { echo "openapi: the sidecar died during the run" >&2; exit 1; }
-((client_rc == 0 && admin_rc == 0))
+((client_rc == 0 && admin_rc == 0 && contacts_rc == 0))
