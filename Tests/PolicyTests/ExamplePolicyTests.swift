@@ -24,8 +24,9 @@ func packageRoot(_ file: String = #filePath) -> URL {
                                                "register": .init(requests: 20, perSeconds: 60),
                                                "unregister": .init(requests: 40, perSeconds: 60),
                                                "events": .init(requests: 120, perSeconds: 60),
-                                           ]))
+                                           ], maxInstallations: 20))
         #expect(app.dedupe.refreshAfterSeconds == 7 * 86_400)
+        #expect(app.inventory.expireAfterMillis == 270 * 86_400_000)
         #expect(app.upstreams == [UpstreamPolicy(name: "voyado", provider: .dryRun(DryRunConfig(emulates: "voyado")),
                                                  role: .primary, delivery: .sync, timeoutMillis: 2000,
                                                  retry: RetryPolicy(attempts: 3, backoffMillis: 200, maxBackoffMillis: 2000))])
