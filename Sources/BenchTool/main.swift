@@ -38,7 +38,7 @@ if CommandLine.arguments.dropFirst().first == "policy" {
 
 if CommandLine.arguments.dropFirst().first == "erase" {
     let done = DispatchSemaphore(value: 0)
-    Task {
+    Task.detached {
         do { try await runErase() } catch {
             FileHandle.standardError.write(Data("erase failed: \(error)\n".utf8))
             exit(1)

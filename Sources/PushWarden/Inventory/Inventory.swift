@@ -61,6 +61,15 @@ final class Inventory: Sendable {
         }
     }
 
+    /// Notes that the installation's record was just written (a registration that was forwarded).
+    func touched(_ key: String) {
+        let now = MonotonicClock.nowNanos()
+        touched.withLock { touched in
+            if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
+            touched[key] = now
+        }
+    }
+
     /// How stale a last-seen time may get on dedupe hits: a tenth of `expire_after`, and at most
     /// a day (contract section 8), so a device that keeps registering is never expired.
     static func touchIntervalMillis(expireAfterMillis: Int?) -> Int {

@@ -32,10 +32,7 @@ extension Registrar {
     /// `Inventory.touchIntervalMillis` per installation and process, off the answer's path, so a
     /// dedupe hit costs one dictionary lookup here, not a store write.
     func seen(_ installation: Installation, plan: RegisterPlan, outcomes: [(String, UpstreamOutcome)], origin: @autoclosure () -> Origin) {
-        guard let key = plan.steps.lazy.compactMap({ entry -> String? in
-            if case .dedupe(_, let fingerprint) = entry.step { return fingerprint }
-            return nil
-        }).first else { return }
+        guard let key = plan.touchKey else { return }
         let interval = Inventory.touchIntervalMillis(expireAfterMillis: plan.expireAfterMillis)
         guard inventory.touchDue(key, intervalMillis: interval) else { return }
         let origin = origin()

@@ -15,6 +15,15 @@ struct RegisterPlan: Sendable {
     /// The app's `inventory.expire_after`: how fresh a dedupe hit keeps the last-seen time.
     var expireAfterMillis: Int? = nil
 
+    /// What this process remembers the installation's last-seen refresh by: the first
+    /// fingerprint (it covers the contact and the token), nil when nothing is deduped.
+    var touchKey: String? {
+        for entry in steps {
+            if case .dedupe(_, let fingerprint) = entry.step { return fingerprint }
+        }
+        return nil
+    }
+
     /// Looks every dedupe entry up on `loop`; `completion` gets the cached values (nil where
     /// there is nothing to look at or the store failed: those are looked at again, or forwarded
     /// without dedupe, by `Deduper.register`) once all are in, on the loop.

@@ -96,6 +96,8 @@ final class Registrar: Sendable {
         }
         let outcomes = results.map { name, result in (name, result.0) }
         await keep(installation, outcomes: outcomes, origin: origin)
+        // Just written: the dedupe hits that follow need not refresh it.
+        if let key = plan.touchKey { inventory.touched(key) }
         logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(installation.pushToken)),
                                     ("contact", Redact.contact(origin.context.contactID))])
         if let previous = installation.previousPushToken, origin.app.primarySucceeded(outcomes) {
