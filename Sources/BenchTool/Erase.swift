@@ -33,7 +33,7 @@ func runErase() async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<installations {
                 group.addTask {
-                    let body = #"{"platform":"android","push_token":"fcm-erase-\#(contact)-\#(i)"}"#
+                    let body = #"{"platform":"android","push_token":"bench-erase-token-\#(contact)-\#(i)-aaaaaaaaaaaa"}"#
                     let response = try await client.execute(HTTPClientRequest(
                         method: "POST", url: "\(url)/v1/apps/\(app)/installations",
                         headers: ["Content-Type": "application/json", "Authorization": "Bearer " + session],
