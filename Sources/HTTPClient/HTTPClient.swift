@@ -6,10 +6,10 @@ import PWCore
 /// No thread is used per request. A call made for an event loop (`Loops`; `execute(_:on:)` with
 /// the loop the task runs on) goes out on that loop's own curl multi handle, driven by the loop's
 /// epoll set, and its completion resumes the task on the same thread: the whole call happens
-/// without a thread hop. Calls made with no loop share one multi handle on the client's own thread. Connections are kept alive
-/// and pooled per host (`HTTPClientConfiguration`; each loop and the client's thread pool
-/// separately), and HTTPS upstreams that offer HTTP/2 get their calls multiplexed on shared
-/// connections. Redirects are never followed (a provider key must not travel to another host),
+/// without a thread hop. Calls made with no loop share one multi handle on the client's own
+/// thread. Connections are kept alive and pooled per host (`HTTPClientConfiguration`; each loop
+/// and the client's thread pool separately), and HTTPS upstreams that offer HTTP/2 get their
+/// calls multiplexed on shared connections. Redirects are never followed (a provider key must not travel to another host),
 /// only `http` and `https` are spoken, and TLS verification is always on.
 ///
 /// Thread-safety: every method may be called from any thread or task.

@@ -481,6 +481,36 @@ private func processID(of server: RedisServer) async throws -> pid_t {
 }
 
 @Suite struct EventLoopTests {
+    /// `assertOnLoop`, the check loop-confined state makes: silent on the loop; `perform` runs
+    /// there right away, and posts from elsewhere.
+    @Test func theLoopCheckPassesOnItsLoopAndPerformRunsThere() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let ran = Inbox<String>()
+        loop.execute {
+            loop.assertOnLoop("test state")
+            loop.perform { ran.append(loop.isCurrent ? "inline on the loop" : "off the loop") }
+            ran.append("after perform")
+        }
+        #expect(await ran.wait(for: 2) == ["inline on the loop", "after perform"])
+        let posted = Inbox<Bool>()
+        #expect(loop.perform { posted.append(loop.isCurrent) })
+        #expect(await posted.wait(for: 1) == [true], "posted from off the loop, run on it")
+        loop.stop()
+        #expect(!loop.perform {}, "a stopped loop drops what is posted, and says so")
+    }
+
+    #if DEBUG
+    /// Off its loop, the check traps (debug builds only; it compiles to nothing in release).
+    @Test func theLoopCheckTrapsOffItsLoop() async {
+        await #expect(processExitsWith: .failure) {
+            let loop = try! EventLoop(name: "test-confined")
+            try! loop.start()
+            loop.assertOnLoop("test state")
+        }
+    }
+    #endif
+
     @Test func executeRunsOnTheLoopThreadAndStopJoins() async throws {
         let loop = try startedLoop()
         #expect(!loop.isCurrent)
