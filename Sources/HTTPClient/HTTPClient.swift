@@ -79,14 +79,12 @@ public final class HTTPClient: Sendable {
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Transfer.Outcome, Never>) in
                 transfer.continuation = continuation
-                let started = loop.perform { [self] in
-                    if let multi = loopMulti(on: loop) {
-                        multi.begin(transfer)
-                    } else if !thread.enqueue(transfer) {
-                        transfer.finish(.failure(.shutdown))
-                    }
+                // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+                if loop.isCurrent {
+                    begin(transfer, on: loop)
+                } else if !loop.execute({ [self] in begin(transfer, on: loop) }) {
+                    transfer.finish(.failure(.shutdown))
                 }
-                if !started { transfer.finish(.failure(.shutdown)) }
             }
         } onCancel: {
             transfer.cancelRequested.store(true, ordering: .releasing)
@@ -95,6 +93,16 @@ public final class HTTPClient: Sendable {
             }
         }
         return try outcome.get()
+    }
+
+    /// Starts `transfer` on `loop`'s multi handle, or on the client's thread when the loop has
+    /// none. Call on `loop`.
+    private func begin(_ transfer: Transfer, on loop: EventLoop) {
+        if let multi = loopMulti(on: loop) {
+            multi.begin(transfer)
+        } else if !thread.enqueue(transfer) {
+            transfer.finish(.failure(.shutdown))
+        }
     }
 
     /// Fails pending and in-flight calls on the client's thread with `.shutdown`, closes its

@@ -110,17 +110,6 @@ public final class EventLoop: @unchecked Sendable {
         return posted
     }
 
-    /// Runs `job` on the loop's thread: right here when called there (before returning), else
-    /// posted like ``execute(_:)``. For work that must start on the loop a caller names, whichever
-    /// thread the caller happens to be on.
-    /// - Returns: false when the job was dropped (posted to a stopping loop).
-    @discardableResult
-    public func perform(_ job: @escaping @Sendable () -> Void) -> Bool {
-        guard isCurrent else { return execute(job) }
-        job()
-        return true
-    }
-
     /// In debug builds, traps unless called on the loop's thread: the check loop-confined state
     /// makes on its entry points (as swift-nio's `NIOLoopBound` does). Nothing in release builds.
     @inlinable

@@ -97,10 +97,12 @@ extension RedisClient {
     public func send(bytes arguments: [[UInt8]], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
         guard let loop else { return try await send(bytes: arguments) }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
-            let started = loop.perform { [self] in
+            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+            if loop.isCurrent {
                 send(bytes: arguments, on: loop) { continuation.resume(returning: $0) }
+            } else if !loop.execute({ [self] in send(bytes: arguments, on: loop) { continuation.resume(returning: $0) } }) {
+                continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "event loop stopped")))
             }
-            if !started { continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "event loop stopped"))) }
         }
         return try result.get()
     }

@@ -481,23 +481,18 @@ private func processID(of server: RedisServer) async throws -> pid_t {
 }
 
 @Suite struct EventLoopTests {
-    /// `assertOnLoop`, the check loop-confined state makes: silent on the loop; `perform` runs
-    /// there right away, and posts from elsewhere.
-    @Test func theLoopCheckPassesOnItsLoopAndPerformRunsThere() async throws {
+    /// `assertOnLoop`, the check loop-confined state makes: silent on the loop. `execute` says
+    /// whether it took the job: a stopped loop drops it, and the caller can answer instead.
+    @Test func theLoopCheckPassesOnItsLoopAndExecuteSaysWhetherItTookTheJob() async throws {
         let loop = try startedLoop()
-        defer { loop.stop() }
-        let ran = Inbox<String>()
-        loop.execute {
+        let ran = Inbox<Bool>()
+        #expect(loop.execute {
             loop.assertOnLoop("test state")
-            loop.perform { ran.append(loop.isCurrent ? "inline on the loop" : "off the loop") }
-            ran.append("after perform")
-        }
-        #expect(await ran.wait(for: 2) == ["inline on the loop", "after perform"])
-        let posted = Inbox<Bool>()
-        #expect(loop.perform { posted.append(loop.isCurrent) })
-        #expect(await posted.wait(for: 1) == [true], "posted from off the loop, run on it")
+            ran.append(loop.isCurrent)
+        })
+        #expect(await ran.wait(for: 1) == [true])
         loop.stop()
-        #expect(!loop.perform {}, "a stopped loop drops what is posted, and says so")
+        #expect(!loop.execute {}, "a stopped loop drops what is posted, and says so")
     }
 
     #if DEBUG

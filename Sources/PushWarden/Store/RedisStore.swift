@@ -141,28 +141,34 @@ public final class RedisStore: DedupeStore {
         guard let loop else {
             return (try await send(first, on: nil), try await send(second, on: nil))
         }
-        let client = self.client
-        let (a, b) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>) in
-            let started = loop.perform {
-                // Both completions run on this loop. On one connection they come in order, but on a
-                // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
-                var firstResult: Result<RedisReply, RedisError>?
-                var secondResult: Result<RedisReply, RedisError>?
-                client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
-                    firstResult = result
-                    if let secondResult { continuation.resume(returning: (result, secondResult)) }
-                }
-                client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
-                    secondResult = result
-                    if let firstResult { continuation.resume(returning: (firstResult, result)) }
-                }
-            }
-            if !started {
+        let (a, b) = await withCheckedContinuation { (continuation: PairContinuation) in
+            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+            if loop.isCurrent {
+                startPair(first, second, on: loop, continuation)
+            } else if !loop.execute({ [self] in startPair(first, second, on: loop, continuation) }) {
                 let stopped = Result<RedisReply, RedisError>.failure(RedisError(kind: .closed, detail: "event loop stopped"))
                 continuation.resume(returning: (stopped, stopped))
             }
         }
         return (try Self.reply(a), try Self.reply(b))
+    }
+
+    private typealias PairContinuation = CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>
+
+    /// Sends both commands on `loop`'s connection; call on `loop`.
+    private func startPair(_ first: [String], _ second: [String], on loop: EventLoop, _ continuation: PairContinuation) {
+        // Both completions run on this loop. On one connection they come in order, but on a
+        // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
+        var firstResult: Result<RedisReply, RedisError>?
+        var secondResult: Result<RedisReply, RedisError>?
+        client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
+            firstResult = result
+            if let secondResult { continuation.resume(returning: (result, secondResult)) }
+        }
+        client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
+            secondResult = result
+            if let firstResult { continuation.resume(returning: (firstResult, result)) }
+        }
     }
 
     private static func reply(_ result: Result<RedisReply, RedisError>) throws(StoreError) -> RedisReply {
