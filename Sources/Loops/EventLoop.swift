@@ -87,7 +87,9 @@ public final class EventLoop: @unchecked Sendable {
     /// True on the loop's own thread.
     public var isCurrent: Bool { threadID.load(ordering: .relaxed) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
 
-    /// The loop whose thread this is, or nil off every loop.
+    /// The loop whose thread this is, or nil off every loop. For checks and tests only: code
+    /// that works for a loop (a request's store commands and upstream calls) is handed that loop
+    /// and never asks the thread which one it is on.
     public static var current: EventLoop? {
         guard let pointer = pw_current_loop() else { return nil }
         return Unmanaged<EventLoop>.fromOpaque(pointer).takeUnretainedValue()
