@@ -45,7 +45,7 @@ struct FloorHandler: HTTPHandler {
                 body: request.body)
             let client = self.client
             Task(executorPreference: loop) {
-                let status = (try? await client.execute(call))?.status ?? 599
+                let status = (try? await client.execute(call, on: loop))?.status ?? 599
                 responder.respond(HTTPResponse(status: (200..<300).contains(status) ? 202 : 502))
             }
         default:

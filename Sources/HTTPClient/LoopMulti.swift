@@ -32,10 +32,13 @@ final class LoopMulti: LoopDescriptorHandler, LoopParticipant {
     private let driver: MultiDriver?
     /// Kept so that the state's address stays this client's while the loop holds the handle.
     private let state: LoopClientState
+    /// The loop owns this handle and outlives it.
+    private unowned let loop: EventLoop
 
     init(loop: EventLoop, state: LoopClientState) {
         driver = try? MultiDriver(configuration: state.configuration)
         self.state = state
+        self.loop = loop
         guard let driver else { return }
         loop.watch(driver.multi.poller.descriptor, read: true, write: false, handler: self)
         loop.add(self)
@@ -44,23 +47,26 @@ final class LoopMulti: LoopDescriptorHandler, LoopParticipant {
     var isUsable: Bool { driver != nil }
 
     func begin(_ transfer: Transfer) {
+        loop.assertOnLoop("LoopMulti")
         guard let driver else { return transfer.finish(.failure(.shutdown)) }
         driver.begin(transfer)
     }
 
-    func cancel(_ transfer: Transfer) { driver?.cancel(transfer) }
+    func cancel(_ transfer: Transfer) {
+        loop.assertOnLoop("LoopMulti")
+        driver?.cancel(transfer)
+    }
 
     func descriptorReady(readable: Bool, writable: Bool) {
+        loop.assertOnLoop("LoopMulti")
         guard let driver else { return }
         driver.multi.poller.wait(capMillis: 0) { socket, flags in driver.socketReady(socket, flags) }
     }
 
-    func turnEnded(now: UInt64) { driver?.settle() }
+    func turnEnded(now: UInt64) {
+        loop.assertOnLoop("LoopMulti")
+        driver?.settle()
+    }
 
     var nextDeadline: UInt64? { driver?.multi.poller.nextDeadline }
-}
-
-/// A loop-confined object carried to a job that runs on the same loop.
-struct LoopBound<Value: AnyObject>: @unchecked Sendable {
-    let value: Value
 }

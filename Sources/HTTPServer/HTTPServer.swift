@@ -129,7 +129,7 @@ final class DaemonContext: @unchecked Sendable {
     init(core: ServerCore, loop: EventLoop, headTimeoutSeconds: Double) {
         self.core = core
         self.loop = loop
-        self.heads = HeadDeadlines(timeout: UInt64(headTimeoutSeconds * 1_000_000_000))
+        self.heads = HeadDeadlines(timeout: UInt64(headTimeoutSeconds * 1_000_000_000), loop: loop)
     }
 
     /// Gives back a reservation no connection took (MHD dropped the connection after accepting).

@@ -1,4 +1,5 @@
 import CShims
+import Loops
 
 /// One client connection as its loop tracks it, from libmicrohttpd's "started" notice to its
 /// "closed" notice: the address place it holds and, while a request head is awaited, its place
@@ -33,17 +34,23 @@ final class TrackedConnection: @unchecked Sendable {
 /// overdue ones at its front. The loop wakes for the front's deadline: no timer per connection
 /// or per request.
 ///
-/// Loop-confined: used on its loop's thread only.
+/// Loop-confined: used on its loop's thread only (checked in debug builds).
 final class HeadDeadlines {
     /// Nanoseconds a head may take; 0 disables the deadline.
     let timeout: UInt64
     private var first: TrackedConnection?
     private var last: TrackedConnection?
+    /// The daemon's loop, which outlives its daemon context and this.
+    private unowned let loop: EventLoop
 
-    init(timeout: UInt64) { self.timeout = timeout }
+    init(timeout: UInt64, loop: EventLoop) {
+        self.timeout = timeout
+        self.loop = loop
+    }
 
     /// Starts (or restarts) the wait for a head on `connection` at `now`.
     func awaitHead(_ connection: TrackedConnection, now: UInt64) {
+        loop.assertOnLoop("HeadDeadlines")
         guard timeout > 0 else { return }
         remove(connection)
         connection.awaitingSince = now
@@ -56,6 +63,7 @@ final class HeadDeadlines {
 
     /// The head is complete, or the connection is gone.
     func remove(_ connection: TrackedConnection) {
+        loop.assertOnLoop("HeadDeadlines")
         guard connection.linked else { return }
         if let previous = connection.previous { previous.next = connection.next } else { first = connection.next }
         if let next = connection.next { next.previous = connection.previous } else { last = connection.previous }
@@ -70,6 +78,7 @@ final class HeadDeadlines {
     /// Ends every connection whose head is overdue at `now` (shutdown of its socket: libmicrohttpd
     /// then closes it on its next run) and returns how many it ended.
     func sweep(now: UInt64) -> Int {
+        loop.assertOnLoop("HeadDeadlines")
         var ended = 0
         while let oldest = first, oldest.awaitingSince &+ timeout <= now {
             remove(oldest)

@@ -87,7 +87,9 @@ public final class EventLoop: @unchecked Sendable {
     /// True on the loop's own thread.
     public var isCurrent: Bool { threadID.load(ordering: .relaxed) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
 
-    /// The loop whose thread this is, or nil off every loop.
+    /// The loop whose thread this is, or nil off every loop. For checks and tests only: code
+    /// that works for a loop (a request's store commands and upstream calls) is handed that loop
+    /// and never asks the thread which one it is on.
     public static var current: EventLoop? {
         guard let pointer = pw_current_loop() else { return nil }
         return Unmanaged<EventLoop>.fromOpaque(pointer).takeUnretainedValue()
@@ -95,16 +97,29 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs `job` on the loop's thread, soon: within the current turn when called on the loop,
     /// else after a wake-up. From any thread; dropped once the loop is stopping.
-    public func execute(_ job: @escaping @Sendable () -> Void) {
+    /// - Returns: false when the job was dropped.
+    @discardableResult
+    public func execute(_ job: @escaping @Sendable () -> Void) -> Bool {
         let onLoop = isCurrent
-        let wake: Bool = inbox.withLock { inbox in
-            guard !inbox.stopping else { return false }
+        let (posted, wake): (Bool, Bool) = inbox.withLock { inbox in
+            guard !inbox.stopping else { return (false, false) }
             inbox.jobs.append(job)
             // A non-empty inbox already has a wake-up on its way, and the loop itself looks at
             // its inbox before it sleeps.
-            return inbox.jobs.count == 1 && !onLoop
+            return (true, inbox.jobs.count == 1 && !onLoop)
         }
         if wake { signal() }
+        return posted
+    }
+
+    /// In debug builds, traps unless called on the loop's thread: the check loop-confined state
+    /// makes on its entry points (as swift-nio's `NIOLoopBound` does). Nothing in release builds.
+    @inlinable
+    public func assertOnLoop(_ what: @autoclosure () -> String = "loop-confined state",
+                             file: StaticString = #fileID, line: UInt = #line) {
+        #if DEBUG
+        precondition(isCurrent, "\(what()) used off its loop (\(name))", file: file, line: line)
+        #endif
     }
 
     /// Ends the thread after its current turn (running the jobs already posted) and waits for it,

@@ -122,7 +122,7 @@ public final class MockServer: Sendable {
             // Answered now, sent after the latency by the loop itself: no task and no timer
             // per request, so the mock costs the benchmark as little CPU as possible.
             let line = loop.attachment(for: ObjectIdentifier(DelayLine.self)) { () -> DelayLine in
-                let line = DelayLine()
+                let line = DelayLine(loop: loop)
                 loop.add(line)
                 return line
             }
@@ -132,16 +132,23 @@ public final class MockServer: Sendable {
 }
 
 /// Answers waiting out the mock's latency on one loop. The latency is the same for every
-/// request, so due times arrive in order and a FIFO is enough. Loop-confined.
+/// request, so due times arrive in order and a FIFO is enough. Loop-confined (checked in debug
+/// builds).
 private final class DelayLine: LoopParticipant {
     private var waiting: [(due: UInt64, responder: HTTPResponder, response: HTTPResponse)] = []
     private var head = 0
+    /// The loop holds this line as an attachment and outlives it.
+    private unowned let loop: EventLoop
+
+    init(loop: EventLoop) { self.loop = loop }
 
     func append(_ responder: HTTPResponder, _ response: HTTPResponse, due: UInt64) {
+        loop.assertOnLoop("DelayLine")
         waiting.append((due, responder, response))
     }
 
     func turnEnded(now: UInt64) {
+        loop.assertOnLoop("DelayLine")
         while head < waiting.count, waiting[head].due <= now {
             waiting[head].responder.respond(waiting[head].response)
             head += 1

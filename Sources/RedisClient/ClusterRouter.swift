@@ -85,6 +85,7 @@ final class ClusterRouter: LoopParticipant {
     }
 
     func send(_ arguments: [[UInt8]], completion: @escaping Completion) {
+        loop.assertOnLoop("ClusterRouter")
         syncMap(force: false)
         let command = Command(arguments: arguments, slot: ClusterSlot.of(command: arguments), completion: completion,
                               deadline: EventLoop.now() + commandTimeout)
@@ -186,6 +187,7 @@ final class ClusterRouter: LoopParticipant {
     // MARK: LoopParticipant
 
     func turnEnded(now: UInt64) {
+        loop.assertOnLoop("ClusterRouter")
         guard retries.contains(where: { $0.at <= now }) else { return }
         var due: [Command] = []
         retries.removeAll { retry in

@@ -88,6 +88,30 @@ extension RedisClient {
         connection.send(arguments, completion: completion)
     }
 
+    /// Sends one command where the caller says: over `loop`'s own connection (as
+    /// ``send(bytes:on:completion:)``, started on the loop's thread, right here when the task runs
+    /// there), or through the client's pipelined pool when `loop` is nil, whichever thread the task
+    /// runs on. The choice is the caller's: a task on a loop's thread that passes nil uses the pool.
+    /// - Returns: Redis's reply; a server error (`-ERR ...`) is returned as `.error`, not thrown.
+    /// - Throws: `RedisError` when no reply was obtained; `.closed` when `loop` is stopping.
+    public func send(bytes arguments: [[UInt8]], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
+        guard let loop else { return try await send(bytes: arguments) }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
+            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+            if loop.isCurrent {
+                send(bytes: arguments, on: loop) { continuation.resume(returning: $0) }
+            } else if !loop.execute({ [self] in send(bytes: arguments, on: loop) { continuation.resume(returning: $0) } }) {
+                continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "event loop stopped")))
+            }
+        }
+        return try result.get()
+    }
+
+    /// ``send(bytes:on:)`` with UTF-8 arguments.
+    public func send(_ arguments: [String], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
+        try await send(bytes: arguments.map { Array($0.utf8) }, on: loop)
+    }
+
     /// ``send(bytes:on:completion:)`` with UTF-8 arguments, e.g. `["GET", key]`.
     public func send(_ arguments: [String], on loop: EventLoop,
                      completion: @escaping (Result<RedisReply, RedisError>) -> Void) {
@@ -198,6 +222,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     private static func nanos(millis: Int) -> UInt64 { UInt64(max(0, millis)) * 1_000_000 }
 
     func send(_ arguments: [[UInt8]], completion: @escaping Completion) {
+        loop.assertOnLoop("LoopConnection")
         if downUntil != 0 {
             if EventLoop.now() < downUntil {
                 completion(.failure(RedisError(kind: .unavailable, detail: "\(lastFailure) (waiting to reconnect)")))
@@ -251,6 +276,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     // MARK: LoopParticipant
 
     func turnEnded(now: UInt64) {
+        loop.assertOnLoop("LoopConnection")
         if let error = deferredFailure {
             reset(failing: error, backOff: false, now: now)
         } else if let deadline = connectDeadline, now >= deadline {
@@ -280,6 +306,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
     // MARK: LoopDescriptorHandler
 
     func descriptorReady(readable: Bool, writable: Bool) {
+        loop.assertOnLoop("LoopConnection")
         guard let connection = context else { return }
         if connectDeadline != nil {
             // A failed connect reports the socket writable (and a hang-up both).

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPClient
+import Loops
 import PWCore
 import PushWardenTestSupport
 import Testing
@@ -481,22 +482,22 @@ private func expectIdle(_ threads: Set<String>, sourceLocation: SourceLocation =
     #expect(spent < 150, "client thread used \(spent) ms of CPU in 1 s idle", sourceLocation: sourceLocation)
 }
 
-/// Cancelling a task (preferring `executor`, if any) whose call hangs ends the call promptly, and
-/// calls from the same place work afterwards.
-func expectCancellationEndsTheCall(on executor: (any TaskExecutor)?) async throws {
+/// Cancelling a task (on `loop`, calling for it, if any) whose call hangs ends the call promptly,
+/// and calls from the same place work afterwards.
+func expectCancellationEndsTheCall(on loop: EventLoop?) async throws {
     try await withUpstream { server, client, base in
         let start = ContinuousClock.now
-        let task = Task(executorPreference: executor) {
+        let task = Task(executorPreference: loop) {
             await expectFailure(.other) {
-                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000))
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 20_000), on: loop)
             }
         }
         while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
         task.cancel()
         await task.value
         #expect(milliseconds(since: start) < 5000)
-        let status = try await Task(executorPreference: executor) {
-            try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status
+        let status = try await Task(executorPreference: loop) {
+            try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop).status
         }.value
         #expect(status == 201, "the client still works")
     }

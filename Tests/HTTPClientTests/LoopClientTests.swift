@@ -3,7 +3,7 @@ import HTTPClient
 import Loops
 import Testing
 
-/// Calls made by tasks that run on an event loop: they go out on the loop's own multi handle.
+/// Calls made for an event loop (`execute(_:on:)`): they go out on the loop's own multi handle.
 @Suite struct LoopClientTests {
     private func startedLoop() throws -> EventLoop {
         let loop = try EventLoop(name: "test-client")
@@ -21,7 +21,7 @@ import Testing
             let observed = try await Task(executorPreference: loop) { () throws -> [Bool] in
                 var seen: [Bool] = []
                 for _ in 0..<3 {
-                    let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"))
+                    let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop)
                     seen.append(response.status == 201 && response.body == Array("hello".utf8) && EventLoop.current === loop)
                 }
                 return seen
@@ -40,7 +40,7 @@ import Testing
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for i in 0..<100 {
                         group.addTask {
-                            try await client.execute(HTTPClientRequest(method: "POST", url: base + "/slow?i=\(i)", body: [1])).status
+                            try await client.execute(HTTPClientRequest(method: "POST", url: base + "/slow?i=\(i)", body: [1]), on: loop).status
                         }
                     }
                     return try await group.reduce(into: [Int]()) { $0.append($1) }
@@ -59,7 +59,7 @@ import Testing
             let start = ContinuousClock.now
             await Task(executorPreference: loop) {
                 await expectFailure(.timeout) {
-                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 300))
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/hang", timeoutMillis: 300), on: loop)
                 }
             }.value
             let elapsed = milliseconds(since: start)
@@ -80,9 +80,36 @@ import Testing
             client.shutdown()
             await Task(executorPreference: loop) {
                 await expectFailure(.shutdown) {
-                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"))
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop)
                 }
             }.value
+        }
+    }
+
+    /// The loop a call names decides, not the thread it is made from: a task on a loop that names
+    /// none goes to the client's thread, a task off the loops that names one goes out on that
+    /// loop's multi handle.
+    @Test func theNamedLoopWinsOverTheThreadACallIsMadeOn() async throws {
+        try await withUpstream { server, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo")).status == 201)
+            #expect(server.acceptedConnections == 1)
+            let onLoop = try await Task(executorPreference: loop) { () throws -> Bool in
+                let response = try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: nil)
+                return response.status == 201 && EventLoop.current === loop
+            }.value
+            #expect(onLoop, "answered, and the task came back to its loop")
+            #expect(server.acceptedConnections == 1, "the client thread's idle connection, not a loop's")
+            // From a task on no loop, for the loop: the loop's own handle (a new connection).
+            #expect(try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop).status == 201)
+            #expect(server.acceptedConnections == 2)
+            // And that connection is the loop's: a call from the loop itself reuses it.
+            let again = try await Task(executorPreference: loop) {
+                try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop).status
+            }.value
+            #expect(again == 201)
+            #expect(server.acceptedConnections == 2)
         }
     }
 }

@@ -1,6 +1,7 @@
 import ClientAPI
 import Foundation
 import HTTPClient
+import Loops
 import PWCore
 import PWPolicy
 @testable import PushWarden
@@ -180,7 +181,7 @@ final class ManualClock: Sendable {
     final class ScriptedTransport: UpstreamTransport {
         let status = Mutex(503)
         let sent = Atomic<Int>(0)
-        func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
+        func send(_ request: HTTPClientRequest, on loop: EventLoop?) async throws(HTTPClientError) -> HTTPClientResponse {
             sent.add(1, ordering: .relaxed)
             return HTTPClientResponse(status: status.withLock { $0 }, headers: [:], body: [])
         }
@@ -224,7 +225,7 @@ final class ManualClock: Sendable {
             } catch {
                 return .refusedBeforeCall(error)
             }
-            _ = try await caller.call(request, operation: .register)
+            _ = try await caller.call(request, operation: .register, on: nil)
             return nil
         } catch {
             return error

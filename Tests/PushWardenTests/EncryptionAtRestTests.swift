@@ -190,7 +190,7 @@ import Testing
             #expect(try await Self.register(before, lost) == "forwarded")
             await before.stop()
             let identity = { (token: String) async throws -> String? in
-                try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: token).identity)
+                try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: token).identity, on: nil)
             }
             #expect(try await identity(kept)?.hasPrefix("pwe1:\(try #require(old.keyID)):") == true)
 
@@ -226,14 +226,14 @@ import Testing
             let app = plain.app
             await plain.stop()
             let keys = RegistrationKeys(app: app, upstream: "vh", pushToken: token)
-            #expect(try await store.get(keys.identity)?.hasPrefix("{") == true)
+            #expect(try await store.get(keys.identity, on: nil)?.hasPrefix("{") == true)
 
             let sealed = try await Self.voidhashHarness(mock, store: store, app: app, current: "PW_STORE_KEY",
                                                         keys: ["PW_STORE_KEY": Self.storeKey])
             #expect(try await Self.unregister(sealed, token) == "forwarded")
             let next = VoidhashTests.fcm()
             #expect(try await Self.register(sealed, next) == "forwarded")
-            #expect(try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: next).identity)?.hasPrefix("pwe1:") == true)
+            #expect(try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: next).identity, on: nil)?.hasPrefix("pwe1:") == true)
             await sealed.stop()
             await mock.stop()
         }
@@ -249,10 +249,10 @@ import Testing
             #expect(try await Self.register(h, token) == "forwarded")
             #expect(try await Self.register(h, control) == "forwarded")
             let key = RegistrationKeys(app: h.app, upstream: "vh", pushToken: token).identity
-            var sealed = Array(try #require(try await store.get(key)).utf8)
+            var sealed = Array(try #require(try await store.get(key, on: nil)).utf8)
             let index = sealed.count - 10
             sealed[index] = sealed[index] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-            try await store.set(key, String(decoding: sealed, as: UTF8.self), ttlSeconds: 600)
+            try await store.set(key, String(decoding: sealed, as: UTF8.self), ttlSeconds: 600, on: nil)
             #expect(try await Self.unregister(h, token) == "skipped")
             #expect(h.logs.text.contains("identity cannot be opened"))
             #expect(try await Self.unregister(h, control) == "forwarded")

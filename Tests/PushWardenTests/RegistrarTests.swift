@@ -52,7 +52,7 @@ import Testing
         }
 
         func origin(_ contact: String = "alice") -> Registrar.Origin {
-            Registrar.Origin(app: app, context: CallContext(contactID: contact), requestID: "test")
+            Registrar.Origin(app: app, context: CallContext(contactID: contact), requestID: "test", loop: nil)
         }
 
         func caller(_ name: String) throws -> UpstreamCaller {

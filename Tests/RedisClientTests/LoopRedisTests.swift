@@ -175,6 +175,36 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         #expect(try await id(other, first) != onFirst, "another client has its own")
     }
 
+    /// `send(_:on:)`: the loop the caller names decides the connection, not the thread the task
+    /// happens to run on. Named from the loop or from off it, the loop's own; nil from the loop, the pool.
+    @Test func theNamedLoopDecidesTheConnection() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let loopConnection = try #require(await roundTrip(["CLIENT", "ID"], with: client, on: loop)?.reply)
+        let fromTheLoop = try await Task(executorPreference: loop) { () throws -> [RedisReply] in
+            [try await client.send(["CLIENT", "ID"], on: loop), try await client.send(["CLIENT", "ID"], on: nil)]
+        }.value
+        #expect(fromTheLoop[0] == loopConnection, "named: the loop's own connection")
+        #expect(fromTheLoop[1] != loopConnection, "none named, though on the loop's thread: the pool")
+        let resumedOnTheLoop = await Task(executorPreference: loop) { () -> Bool in
+            _ = try? await client.send(["PING"], on: nil)
+            return EventLoop.current === loop
+        }.value
+        #expect(resumedOnTheLoop, "a pooled command resumes the task on its loop")
+        #expect(try await client.send(["CLIENT", "ID"], on: loop) == loopConnection, "named from off the loop: still the loop's")
+        #expect(try await client.send(["CLIENT", "ID"], on: nil) != loopConnection)
+    }
+
+    @Test func aStoppedLoopRefusesANamedCommand() async throws {
+        let loop = try startedLoop()
+        loop.stop()
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        await #expect(throws: RedisError.self) { try await client.send(["PING"], on: loop) }
+    }
+
     @Test func authAndSelectGoFirstOnEveryConnection() async throws {
         let password = "loop pa\r\nss"
         let server = try RedisServer.start(password: password)
@@ -451,6 +481,31 @@ private func processID(of server: RedisServer) async throws -> pid_t {
 }
 
 @Suite struct EventLoopTests {
+    /// `assertOnLoop`, the check loop-confined state makes: silent on the loop. `execute` says
+    /// whether it took the job: a stopped loop drops it, and the caller can answer instead.
+    @Test func theLoopCheckPassesOnItsLoopAndExecuteSaysWhetherItTookTheJob() async throws {
+        let loop = try startedLoop()
+        let ran = Inbox<Bool>()
+        #expect(loop.execute {
+            loop.assertOnLoop("test state")
+            ran.append(loop.isCurrent)
+        })
+        #expect(await ran.wait(for: 1) == [true])
+        loop.stop()
+        #expect(!loop.execute {}, "a stopped loop drops what is posted, and says so")
+    }
+
+    #if DEBUG
+    /// Off its loop, the check traps (debug builds only; it compiles to nothing in release).
+    @Test func theLoopCheckTrapsOffItsLoop() async {
+        await #expect(processExitsWith: .failure) {
+            let loop = try! EventLoop(name: "test-confined")
+            try! loop.start()
+            loop.assertOnLoop("test state")
+        }
+    }
+    #endif
+
     @Test func executeRunsOnTheLoopThreadAndStopJoins() async throws {
         let loop = try startedLoop()
         #expect(!loop.isCurrent)

@@ -18,7 +18,7 @@ extension Registrar: ContactAdministration {
         let contact = ContactKeys(app: app.policy.id, contactID: contactID)
         let kept: [Inventory.Kept]
         do {
-            kept = try await inventory.all(of: contact)
+            kept = try await inventory.all(of: contact, on: nil)
         } catch {
             throw Self.unavailable(error, logger: logger)
         }
@@ -33,8 +33,9 @@ extension Registrar: ContactAdministration {
 
     func erase(_ contactID: String, in app: AppRuntime, requestID: String) async throws(ContractError) -> ErasureReport {
         let contact = ContactKeys(app: app.policy.id, contactID: contactID)
-        // No client headers: a provider that takes only the user's own credential is skipped.
-        let origin = Origin(app: app, context: CallContext(contactID: contactID), requestID: requestID)
+        // No client headers: a provider that takes only the user's own credential is skipped. An
+        // admin call: no request loop, the pools.
+        let origin = Origin(app: app, context: CallContext(contactID: contactID), requestID: requestID, loop: nil)
         var attempted: Set<String> = []  // records as read, so a failed removal is not retried within one call
         var erased: Set<String> = []     // token digests
         var outcomes: [String: UpstreamOutcome] = [:]
@@ -42,7 +43,7 @@ extension Registrar: ContactAdministration {
         for _ in 0...Self.erasurePasses {
             let kept: [Inventory.Kept]
             do {
-                kept = try await inventory.all(of: contact).filter { !attempted.contains($0.stored.raw) }
+                kept = try await inventory.all(of: contact, on: origin.loop).filter { !attempted.contains($0.stored.raw) }
             } catch {
                 throw Self.unavailable(error, logger: logger)
             }
@@ -72,8 +73,9 @@ extension Registrar: ContactAdministration {
     /// token has moved to another contact (then only this contact's record goes; nil).
     private func eraseOne(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin) async -> [(String, UpstreamOutcome)]? {
         do {
-            if let holder = try await inventory.store.owner(of: kept.stored.token), holder != contact {
-                _ = try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw)
+            if let holder = try await inventory.store.owner(of: kept.stored.token, on: origin.loop), holder != contact {
+                _ = try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,
+                                               on: origin.loop)
                 return nil
             }
         } catch {

@@ -43,7 +43,7 @@ struct ExpirySweeper: Sendable {
             guard try await inventory.store.lease(keys.sweepLease, owner: owner, ttlMillis: leaseMillis) else { return 0 }
             var found: [(ContactKeys, Inventory.Kept)] = []
             for (contact, token) in try await inventory.store.seen(before: cutoff, app: keys, limit: Self.batch) {
-                guard let kept = try await inventory.kept(token, contact: contact) else {
+                guard let kept = try await inventory.kept(token, contact: contact, on: nil) else {
                     try await inventory.store.forgetSeen(token, of: contact, app: keys)
                     continue
                 }
@@ -58,7 +58,8 @@ struct ExpirySweeper: Sendable {
             for (contact, kept) in due {
                 group.addTask { [registrar] in
                     // No client headers: a provider that takes only the user's own credential is skipped.
-                    let origin = Registrar.Origin(app: app, context: CallContext(contactID: kept.contactID ?? ""), requestID: "expiry")
+                    let origin = Registrar.Origin(app: app, context: CallContext(contactID: kept.contactID ?? ""), requestID: "expiry",
+                                                  loop: nil)
                     _ = await registrar.remove(kept, contact: contact, origin: origin, reason: .expired)
                 }
             }

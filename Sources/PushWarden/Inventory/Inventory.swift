@@ -1,4 +1,5 @@
 import ClientAPI
+import Loops
 import PWCore
 import Synchronization
 
@@ -36,8 +37,9 @@ final class Inventory: Sendable {
 
     // MARK: Writing
 
-    /// Records that `upstreams` hold `installation` for `contactID`.
-    func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String]) async throws(StoreError) -> InventoryWriteResult {
+    /// Records that `upstreams` hold `installation` for `contactID`. Here as everywhere in this
+    /// type, `loop` is the request's loop (its own store connection), nil off the loops.
+    func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String], on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         let payload = JSONValue.object(JSONObject([
             JSONMember("t", .string(installation.pushToken)),
             JSONMember("c", .string(contactID)),
@@ -45,7 +47,7 @@ final class Inventory: Sendable {
         return try await store.record(InventoryWrite(
             contact: ContactKeys(app: app, contactID: contactID), token: TokenKeys(app: app, pushToken: installation.pushToken),
             app: AppInventoryKeys(app: app), sealed: sealer.seal(payload), platform: installation.platform.rawValue,
-            pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()))
+            pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()), on: loop)
     }
 
     /// Whether a dedupe hit should refresh the installation's last-seen time now: at most once
@@ -80,26 +82,27 @@ final class Inventory: Sendable {
 
     // MARK: Reading
 
-    func holder(of pushToken: String, app: String) async throws(StoreError) -> ContactKeys? {
-        try await store.owner(of: TokenKeys(app: app, pushToken: pushToken))
+    func holder(of pushToken: String, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.owner(of: TokenKeys(app: app, pushToken: pushToken), on: loop)
     }
 
-    func kept(_ pushToken: String, contact: ContactKeys, app: String) async throws(StoreError) -> Kept? {
-        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact).map(open)
+    func kept(_ pushToken: String, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
+        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact, on: loop).map(open)
     }
 
-    func kept(_ token: TokenKeys, contact: ContactKeys) async throws(StoreError) -> Kept? {
-        try await store.installation(token, of: contact).map(open)
+    func kept(_ token: TokenKeys, contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> Kept? {
+        try await store.installation(token, of: contact, on: loop).map(open)
     }
 
-    func all(of contact: ContactKeys) async throws(StoreError) -> [Kept] {
-        try await store.installations(of: contact).map(open)
+    func all(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [Kept] {
+        try await store.installations(of: contact, on: loop).map(open)
     }
 
     /// Removes the installation from the contact's inventory, only while its record is still
     /// `expected` when given (an erasure must not drop a record a registration just rewrote).
-    func forget(_ token: TokenKeys, contact: ContactKeys, app: String, ifStill expected: String? = nil) async throws(StoreError) -> Bool {
-        try await store.remove(token, of: contact, app: AppInventoryKeys(app: app), ifStill: expected)
+    func forget(_ token: TokenKeys, contact: ContactKeys, app: String, ifStill expected: String? = nil,
+                on loop: EventLoop?) async throws(StoreError) -> Bool {
+        try await store.remove(token, of: contact, app: AppInventoryKeys(app: app), ifStill: expected, on: loop)
     }
 
     private func open(_ stored: StoredInstallation) -> Kept {

@@ -1,4 +1,5 @@
 import ClientAPI
+import Loops
 import PWCore
 
 /// What the registration operations keep in, and take from, each contact's inventory: the record
@@ -16,9 +17,11 @@ extension Registrar {
         guard !holding.isEmpty else { return }
         let appID = origin.appID
         do {
-            let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding)
+            let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
+                                                  on: origin.loop)
             if let previous = result.previousOwner {
-                _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID)
+                _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID,
+                                               on: origin.loop)
             }
             if let cap = origin.app.policy.client.maxInstallations, result.isNew, result.count > cap {
                 await evict(result.count - cap, keeping: installation.pushToken, origin: origin)
@@ -35,7 +38,8 @@ extension Registrar {
         guard let key = plan.touchKey else { return }
         let interval = Inventory.touchIntervalMillis(expireAfterMillis: plan.expireAfterMillis)
         guard inventory.touchDue(key, intervalMillis: interval) else { return }
-        let origin = origin()
+        // Off the answer's path, in a task of its own on no loop: through the store's pool.
+        let origin = origin().offLoop
         Task { [self] in await keep(installation, outcomes: outcomes, origin: origin) }
     }
 
@@ -57,7 +61,7 @@ extension Registrar {
         let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
         let current = TokenKeys(app: origin.appID, pushToken: pushToken)
         do {
-            let victims = try await inventory.all(of: contact)
+            let victims = try await inventory.all(of: contact, on: origin.loop)
                 .filter { $0.stored.token != current }
                 .sorted { ($0.stored.lastSeenMillis, $0.stored.token.digest) < ($1.stored.lastSeenMillis, $1.stored.token.digest) }
                 .prefix(count)
@@ -82,7 +86,7 @@ extension Registrar {
                 let name = caller.adapter.name
                 let callable = !caller.adapter.needsCallerCredential || caller.adapter.forwardedCredential(origin.context) != nil
                 guard listed.contains(name), callable else {
-                    await forgetState(pushToken, at: caller, app: origin.appID)
+                    await forgetState(pushToken, at: caller, app: origin.appID, on: origin.loop)
                     return .skipped
                 }
                 return await remove(pushToken, at: caller, origin: origin)
@@ -93,7 +97,8 @@ extension Registrar {
         }
         if !outcomes.contains(where: { $0.1.isFailure }) {
             do {
-                if try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw) {
+                if try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,
+                                              on: origin.loop) {
                     metrics.inventoryRemoved(app: origin.appID, reason: reason.rawValue)
                 }
             } catch {
@@ -109,9 +114,9 @@ extension Registrar {
     }
 
     /// Forgets what is kept for a token at an upstream that is not called.
-    private func forgetState(_ pushToken: String, at caller: UpstreamCaller, app: String) async {
+    private func forgetState(_ pushToken: String, at caller: UpstreamCaller, app: String, on loop: EventLoop?) async {
         let keys = RegistrationKeys(app: app, upstream: caller.adapter.name, pushToken: pushToken)
-        await deduper.forget(keys: keys, app: app)
-        if caller.adapter.keepsIdentity { await identities.delete(keys, upstream: caller.adapter.name) }
+        await deduper.forget(keys: keys, app: app, on: loop)
+        if caller.adapter.keepsIdentity { await identities.delete(keys, upstream: caller.adapter.name, on: loop) }
     }
 }

@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import PWPolicy
 import RedisClient
@@ -48,11 +49,12 @@ final class Outbox: Sendable {
     func takes(app: String, upstream: String) -> Bool { targets[Self.key(app, upstream)] != nil }
 
     /// Appends the delivery; once this returns, Redis holds it (the client may be told `queued`).
-    func enqueue(_ entry: OutboxEntry) async throws(StoreError) {
+    /// - Parameter loop: the request's loop, whose own Redis connection carries it; nil off the loops.
+    func enqueue(_ entry: OutboxEntry, on loop: EventLoop?) async throws(StoreError) {
         guard let target = targets[Self.key(entry.app, entry.upstream)] else {
             throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
         }
-        try await streams.append(entry, to: target)
+        try await streams.append(entry, to: target, on: loop)
         signals[Self.key(entry.app, entry.upstream)]?.wake()
     }
 }

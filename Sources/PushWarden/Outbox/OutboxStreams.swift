@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import PWCrypto
 import RedisClient
@@ -59,10 +60,11 @@ struct OutboxStreams: Sendable {
 
     // MARK: Writing
 
-    /// Appends `entry` to its shard's stream. Returns once Redis acknowledged it.
-    func append(_ entry: OutboxEntry, to upstream: Upstream) async throws(StoreError) {
+    /// Appends `entry` to its shard's stream, over `loop`'s own connection when a request on that
+    /// loop queues it (nil: the pool). Returns once Redis acknowledged it.
+    func append(_ entry: OutboxEntry, to upstream: Upstream, on loop: EventLoop?) async throws(StoreError) {
         let stream = upstream.stream(upstream.shard(of: entry.pushToken))
-        let reply = try await send(["XADD", stream, "*", "e", entry.encoded(sealer: sealer)])
+        let reply = try await send(["XADD", stream, "*", "e", entry.encoded(sealer: sealer)], on: loop)
         guard reply.string != nil else { throw StoreError(.unexpectedReply, "unexpected XADD reply") }
     }
 
@@ -152,7 +154,7 @@ struct OutboxStreams: Sendable {
     func replay(_ message: Message, entry: OutboxEntry, of upstream: Upstream) async throws(StoreError) {
         var fresh = entry
         fresh.acceptedAtMillis = Int64(SystemClock.epochMillis())
-        try await append(fresh, to: upstream)
+        try await append(fresh, to: upstream, on: nil)
         _ = try await send(["XDEL", upstream.dead, message.id])
     }
 
@@ -185,10 +187,12 @@ struct OutboxStreams: Sendable {
         }
     }
 
-    private func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
+    /// Through the pool unless a request's loop is named: every operation but `append` is the
+    /// workers' (or the `outbox` command's), off the loops.
+    private func send(_ arguments: [String], on loop: EventLoop? = nil) async throws(StoreError) -> RedisReply {
         let reply: RedisReply
         do {
-            reply = try await client.send(arguments)
+            reply = try await client.send(arguments, on: loop)
         } catch {
             throw StoreError(error.kind == .timeout ? .timeout : .unavailable, "redis \(error.kind): \(error.detail)")
         }

@@ -173,7 +173,8 @@ final class OutboxWorker: Sendable {
                     result.left += 1
                     continue
                 }
-                let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID)
+                let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID,
+                                              loop: nil)
                 let outcome: UpstreamOutcome
                 switch entry.operation {
                 case .register:

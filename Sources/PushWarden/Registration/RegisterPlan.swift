@@ -28,7 +28,7 @@ struct RegisterPlan: Sendable {
     /// there is nothing to look at or the store failed: those are looked at again, or forwarded
     /// without dedupe, by `Deduper.register`) once all are in, on the loop.
     func lookUp(in store: any DedupeStore, on loop: EventLoop, completion: @escaping ([String??]) -> Void) {
-        let batch = LookupBatch(count: steps.count, completion: completion)
+        let batch = LookupBatch(count: steps.count, on: loop, completion: completion)
         for (index, entry) in steps.enumerated() {
             guard case .dedupe(let keys, _) = entry.step else { continue }
             batch.expect()
@@ -61,26 +61,37 @@ struct RegisterPlan: Sendable {
     }
 }
 
-/// Collects one request's lookups on its loop (loop-confined, never shared).
+/// Collects one request's lookups on its loop (loop-confined, never shared: every entry point
+/// checks its loop in debug builds).
 private final class LookupBatch {
     private var results: [String??]
     private var outstanding = 1  // the seal
     private let completion: ([String??]) -> Void
+    /// For the checks only; the loop outlives every request it serves (no reference counted here).
+    private unowned(unsafe) let loop: EventLoop
 
-    init(count: Int, completion: @escaping ([String??]) -> Void) {
+    init(count: Int, on loop: EventLoop, completion: @escaping ([String??]) -> Void) {
         results = Array(repeating: nil, count: count)
         self.completion = completion
+        self.loop = loop
     }
 
-    func expect() { outstanding += 1 }
+    func expect() {
+        loop.assertOnLoop("LookupBatch")
+        outstanding += 1
+    }
 
     func deliver(_ index: Int, _ value: String??) {
+        loop.assertOnLoop("LookupBatch")
         results[index] = value
         arrive()
     }
 
     /// All lookups are issued; those answered at once (an in-memory store) already arrived.
-    func sealed() { arrive() }
+    func sealed() {
+        loop.assertOnLoop("LookupBatch")
+        arrive()
+    }
 
     private func arrive() {
         outstanding -= 1

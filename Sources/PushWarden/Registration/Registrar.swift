@@ -1,5 +1,6 @@
 import ClientAPI
 import HTTPClient
+import Loops
 import PWCore
 
 /// The registration operations, beneath the HTTP edge: what registering an installation,
@@ -33,13 +34,22 @@ final class Registrar: Sendable {
     }
 
     /// Who asks: the app, the session's contact (and the client's headers, for providers that
-    /// take the user's own credential), and the request id for the log.
+    /// take the user's own credential), the request id for the log, and where the work runs.
     struct Origin: Sendable {
         let app: AppRuntime
         let context: CallContext
         let requestID: String
+        /// The event loop of the request this work is for: every store command and upstream call
+        /// goes over that loop's own connections (the task runs on it, so nothing hops). Nil for
+        /// work with no request (an outbox worker, the expiry sweeper, an admin call): the pools.
+        /// Named here, never read from the thread, so a task that happens to run on some loop
+        /// does not take its connections.
+        let loop: EventLoop?
 
         var appID: String { app.policy.id }
+
+        /// The same origin for work that leaves the request's loop (a task of its own): the pools.
+        var offLoop: Origin { Origin(app: app, context: context, requestID: requestID, loop: nil) }
     }
 
     // MARK: Register
@@ -134,25 +144,25 @@ final class Registrar: Sendable {
                          cached: String??, origin: Origin) async -> UpstreamOutcome {
         let store = deduper.store
         var current: String?? = cached
-        if current == nil { current = .some(try? await store.get(keys.entry)) }
+        if current == nil { current = .some(try? await store.get(keys.entry, on: origin.loop)) }
         if case .some(.some(let value)) = current, value == fingerprint {
             metrics.dedupeHit(app: origin.appID, upstream: caller.adapter.name)
             return .unchanged
         }
-        if (try? await store.get(keys.queued)) == fingerprint { return .queued }
+        if (try? await store.get(keys.queued, on: origin.loop)) == fingerprint { return .queued }
         let entry = OutboxEntry(operation: .register, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
                                 requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()),
                                 pushToken: installation.pushToken, installation: installation)
-        guard await enqueue(entry) else { return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
-        try? await store.set(keys.queued, fingerprint, ttlSeconds: max(1, caller.policy.queue.maxAgeMillis / 1000))
+        guard await enqueue(entry, on: origin.loop) else { return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
+        try? await store.set(keys.queued, fingerprint, ttlSeconds: max(1, caller.policy.queue.maxAgeMillis / 1000), on: origin.loop)
         return .queued
     }
 
     /// Appends to the outbox; false (logged) when there is none or Redis did not take it.
-    private func enqueue(_ entry: OutboxEntry) async -> Bool {
+    private func enqueue(_ entry: OutboxEntry, on loop: EventLoop?) async -> Bool {
         guard let outbox else { return false }
         do {
-            try await outbox.enqueue(entry)
+            try await outbox.enqueue(entry, on: loop)
             return true
         } catch {
             logger.bounded(.warning, "outbox unavailable; delivery not queued", key: entry.app + entry.upstream, [
@@ -163,9 +173,9 @@ final class Registrar: Sendable {
     }
 
     /// A queued registration left the outbox (delivered or dead-lettered): a new one of the same
-    /// content is queued again.
+    /// content is queued again. The outbox worker's: off the loops.
     func forgetQueued(_ pushToken: String, app: String, upstream: String) async {
-        try? await deduper.store.delete(RegistrationKeys(app: app, upstream: upstream, pushToken: pushToken).queued)
+        try? await deduper.store.delete(RegistrationKeys(app: app, upstream: upstream, pushToken: pushToken).queued, on: nil)
     }
 
     /// What a rotation needs to retire the previous token at an upstream that took the new one.
@@ -181,9 +191,9 @@ final class Registrar: Sendable {
         do throws(UpstreamFailure) {
             let (outcome, retirement) = try await deduper.register(
                 keys: keys, fingerprint: fingerprint, refreshAfterSeconds: origin.app.policy.dedupe.refreshAfterSeconds,
-                lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached
+                lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached, on: origin.loop
             ) { [self] () async throws(UpstreamFailure) -> Retirement? in
-                try await forward(installation, keys: keys, at: caller, context: origin.context, app: appID)
+                try await forward(installation, keys: keys, at: caller, context: origin.context, app: appID, on: origin.loop)
             }
             if outcome == .unchanged {
                 metrics.dedupeHit(app: appID, upstream: caller.adapter.name)
@@ -199,14 +209,14 @@ final class Registrar: Sendable {
     /// call, and the identity to keep. Returns what retiring the previous token needs, after a
     /// rotation.
     private func forward(_ installation: Installation, keys: RegistrationKeys, at caller: UpstreamCaller, context: CallContext,
-                         app: String) async throws(UpstreamFailure) -> Retirement? {
+                         app: String, on loop: EventLoop?) async throws(UpstreamFailure) -> Retirement? {
         let adapter = caller.adapter
         let previousKeys = installation.previousPushToken.map { RegistrationKeys(app: app, upstream: adapter.name, pushToken: $0) }
         var identity: UpstreamIdentity?
         var previous: UpstreamIdentity?
         if adapter.keepsIdentity {
-            identity = await identities.get(keys, upstream: adapter.name)
-            if let previousKeys { previous = await identities.get(previousKeys, upstream: adapter.name) }
+            identity = await identities.get(keys, upstream: adapter.name, on: loop)
+            if let previousKeys { previous = await identities.get(previousKeys, upstream: adapter.name, on: loop) }
         }
         let request: HTTPClientRequest
         do throws(ContractError) {
@@ -216,11 +226,11 @@ final class Registrar: Sendable {
         }
         var response: HTTPClientResponse
         do throws(UpstreamFailure) {
-            response = try await caller.call(request, operation: .register)
+            response = try await caller.call(request, operation: .register, on: loop)
         } catch .staleIdentity where previous != nil {
             // The previous token's identity is no good (moved, or another person's): forget it and
             // register the new token on its own.
-            if let previousKeys { await identities.delete(previousKeys, upstream: adapter.name) }
+            if let previousKeys { await identities.delete(previousKeys, upstream: adapter.name, on: loop) }
             previous = nil
             let fresh: HTTPClientRequest
             do throws(ContractError) {
@@ -228,15 +238,15 @@ final class Registrar: Sendable {
             } catch {
                 throw .refusedBeforeCall(error)
             }
-            response = try await caller.call(fresh, operation: .register)
+            response = try await caller.call(fresh, operation: .register, on: loop)
         }
         if adapter.keepsIdentity,
            let kept = adapter.identity(after: response, installation: installation, current: identity, previous: previous) {
-            await identities.set(kept, keys, upstream: adapter.name)
+            await identities.set(kept, keys, upstream: adapter.name, on: loop)
             // The token moved (another device, platform or environment): remove what it leaves behind.
             if let identity, identity != kept,
                let cleanup = adapter.supersededRequest(pushToken: installation.pushToken, replaced: identity, by: kept, context: context) {
-                _ = try? await caller.call(cleanup, operation: .unregister)
+                _ = try? await caller.call(cleanup, operation: .unregister, on: loop)
             }
         }
         return previousKeys.map { Retirement(keys: $0, identity: previous) }
@@ -251,18 +261,18 @@ final class Registrar: Sendable {
         let outcomes = await origin.app.eachUpstream { [self] caller -> UpstreamOutcome in
             let adapter = caller.adapter
             guard let retirement = byName[adapter.name] else { return .skipped }
-            await deduper.forget(keys: retirement.keys, app: appID)
+            await deduper.forget(keys: retirement.keys, app: appID, on: origin.loop)
             var outcome = UpstreamOutcome.skipped
             if let request = adapter.retireRequest(previousToken: previous, installation: installation, context: origin.context,
                                                    identity: retirement.identity) {
                 do throws(UpstreamFailure) {
-                    _ = try await caller.call(request, operation: .unregister)
+                    _ = try await caller.call(request, operation: .unregister, on: origin.loop)
                     outcome = .forwarded
                 } catch {
                     outcome = .failed(error)
                 }
             }
-            if adapter.keepsIdentity { await identities.delete(retirement.keys, upstream: adapter.name) }
+            if adapter.keepsIdentity { await identities.delete(retirement.keys, upstream: adapter.name, on: origin.loop) }
             return outcome
         }
         for (name, outcome) in outcomes {
@@ -297,7 +307,8 @@ final class Registrar: Sendable {
         }
         if case .holder(let contact, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
             do {
-                _ = try await inventory.forget(TokenKeys(app: origin.appID, pushToken: pushToken), contact: contact, app: origin.appID)
+                _ = try await inventory.forget(TokenKeys(app: origin.appID, pushToken: pushToken), contact: contact, app: origin.appID,
+                                               on: origin.loop)
             } catch {
                 inventoryUnavailable(error, app: origin.appID)
             }
@@ -341,9 +352,9 @@ final class Registrar: Sendable {
     private func removalScope(of pushToken: String, origin: Origin) async -> RemovalScope {
         let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
         do {
-            guard let holder = try await inventory.holder(of: pushToken, app: origin.appID) else { return .everywhere }
+            guard let holder = try await inventory.holder(of: pushToken, app: origin.appID, on: origin.loop) else { return .everywhere }
             guard holder == contact else { return .anotherContact }
-            guard let kept = try await inventory.kept(pushToken, contact: contact, app: origin.appID) else { return .everywhere }
+            guard let kept = try await inventory.kept(pushToken, contact: contact, app: origin.appID, on: origin.loop) else { return .everywhere }
             return .holder(contact, upstreams: Set(kept.stored.upstreams))
         } catch {
             inventoryUnavailable(error, app: origin.appID)
@@ -356,12 +367,12 @@ final class Registrar: Sendable {
     private func enqueueUnregister(_ pushToken: String, at caller: UpstreamCaller, origin: Origin,
                                    after failure: UpstreamOutcome? = nil) async -> UpstreamOutcome {
         let keys = RegistrationKeys(app: origin.appID, upstream: caller.adapter.name, pushToken: pushToken)
-        await deduper.forget(keys: keys, app: origin.appID)
-        try? await deduper.store.delete(keys.queued)
+        await deduper.forget(keys: keys, app: origin.appID, on: origin.loop)
+        try? await deduper.store.delete(keys.queued, on: origin.loop)
         let entry = OutboxEntry(operation: .unregister, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
                                 requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()), pushToken: pushToken,
                                 installation: nil)
-        guard await enqueue(entry) else { return failure ?? .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
+        guard await enqueue(entry, on: origin.loop) else { return failure ?? .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
         return .queued
     }
 
@@ -370,8 +381,8 @@ final class Registrar: Sendable {
     func unregister(_ pushToken: String, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
         let adapter = caller.adapter
         let keys = RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: pushToken)
-        await deduper.forget(keys: keys, app: origin.appID)
-        let identity = adapter.keepsIdentity ? await identities.get(keys, upstream: adapter.name) : nil
+        await deduper.forget(keys: keys, app: origin.appID, on: origin.loop)
+        let identity = adapter.keepsIdentity ? await identities.get(keys, upstream: adapter.name, on: origin.loop) : nil
         let request: HTTPClientRequest
         do throws(ContractError) {
             guard let built = try adapter.unregisterRequest(pushToken: pushToken, context: origin.context, identity: identity) else {
@@ -382,11 +393,11 @@ final class Registrar: Sendable {
             return .failed(.refusedBeforeCall(error))
         }
         do throws(UpstreamFailure) {
-            _ = try await caller.call(request, operation: .unregister)
+            _ = try await caller.call(request, operation: .unregister, on: origin.loop)
         } catch {
             return .failed(error)
         }
-        if adapter.keepsIdentity { await identities.delete(keys, upstream: adapter.name) }
+        if adapter.keepsIdentity { await identities.delete(keys, upstream: adapter.name, on: origin.loop) }
         return .forwarded
     }
 
@@ -397,7 +408,7 @@ final class Registrar: Sendable {
         await origin.app.eachUpstream { caller -> UpstreamOutcome in
             guard caller.takesEvents, let request = caller.adapter.eventsRequest(events, context: origin.context) else { return .skipped }
             do throws(UpstreamFailure) {
-                _ = try await caller.call(request, operation: .events)
+                _ = try await caller.call(request, operation: .events, on: origin.loop)
                 return .forwarded
             } catch {
                 return .failed(error)

@@ -106,7 +106,7 @@ public final class ClientAPIHandler: HTTPHandler {
     private func authenticated(_ request: HTTPRequest, _ resolved: Resolved, _ session: Result<Session, SessionRefusal>, requestID: String,
                                on loop: EventLoop, responder: HTTPResponder) {
         let accepted: Accepted
-        switch accept(request, resolved, session, requestID: requestID) {
+        switch accept(request, resolved, session, requestID: requestID, on: loop) {
         case .failure(let refusal):
             responder.respond(answer(.failure(refusal.error), app: refusal.app, route: refusal.route, requestID: requestID))
             return
@@ -192,20 +192,25 @@ public final class ClientAPIHandler: HTTPHandler {
         let headers: HTTPHeaders
         let requestID: String
         let body: Body
+        /// The loop that read the request: its tasks run there, and its store and upstream work
+        /// goes over that loop's own connections.
+        let loop: EventLoop
 
-        init(app: AppRuntime, route: Route, session: Session, headers: HTTPHeaders, requestID: String, body: Body) {
+        init(app: AppRuntime, route: Route, session: Session, headers: HTTPHeaders, requestID: String, body: Body, loop: EventLoop) {
             self.app = app
             self.route = route
             self.session = session
             self.headers = headers
             self.requestID = requestID
             self.body = body
+            self.loop = loop
         }
 
         var appLabel: String { app.policy.id }
         var routeLabel: String { route.rawValue }
         var origin: Registrar.Origin {
-            Registrar.Origin(app: app, context: CallContext(contactID: session.contactID, clientHeaders: headers), requestID: requestID)
+            Registrar.Origin(app: app, context: CallContext(contactID: session.contactID, clientHeaders: headers), requestID: requestID,
+                             loop: loop)
         }
     }
 
@@ -216,7 +221,7 @@ public final class ClientAPIHandler: HTTPHandler {
     }
 
     private func accept(_ request: HTTPRequest, _ resolved: Resolved, _ authenticated: Result<Session, SessionRefusal>,
-                        requestID: String) -> Result<Accepted, Refusal> {
+                        requestID: String, on loop: EventLoop) -> Result<Accepted, Refusal> {
         let (app, route) = (resolved.app, resolved.route)
         do throws(ContractError) {
             let session = try self.session(authenticated, app: app, requestID: requestID)
@@ -231,7 +236,7 @@ public final class ClientAPIHandler: HTTPHandler {
                 body = .events(try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID))
             }
             return .success(Accepted(app: app, route: route, session: session, headers: request.head.headers,
-                                     requestID: requestID, body: body))
+                                     requestID: requestID, body: body, loop: loop))
         } catch {
             return .failure(Refusal(error: error, app: app.policy.id, route: route.rawValue))
         }

@@ -89,7 +89,7 @@ final class Introspector: Sendable {
         case .lead:
             // On the loop: the call goes out on the loop's own connections and resumes here.
             Task(executorPreference: loop) { [self] in
-                let answer = await call(token)
+                let answer = await call(token, on: loop)
                 for waiter in cache.settle(key, answer) { waiter(answer) }
             }
         }
@@ -97,15 +97,16 @@ final class Introspector: Sendable {
 
     // MARK: The endpoint
 
-    /// One call to the endpoint, judged. A failure to get an answer is `unavailable`.
-    func call(_ token: String) async -> IntrospectionAnswer {
+    /// One call to the endpoint, judged, on `loop`'s own connections (nil: the client's thread).
+    /// A failure to get an answer is `unavailable`.
+    func call(_ token: String, on loop: EventLoop?) async -> IntrospectionAnswer {
         let request = HTTPClientRequest(
             method: "POST", url: policy.url,
             headers: ["Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json", "Authorization": authorization],
             body: Array(("token=" + Self.formEncode(token)).utf8),
             timeoutMillis: policy.timeoutMillis, connectTimeoutMillis: policy.timeoutMillis)
         let answer: IntrospectionAnswer
-        switch await send(request) {
+        switch await send(request, on: loop) {
         case .success(let response):
             answer = IntrospectionAnswer.judge(status: response.status, body: response.body, contactField: policy.contactField,
                                                now: cache.now())
@@ -133,11 +134,11 @@ final class Introspector: Sendable {
     }
 
     /// The endpoint's reply, or why there is none (a timeout is one: the endpoint did not answer).
-    private func send(_ request: HTTPClientRequest) async -> Result<HTTPClientResponse, Unanswered> {
+    private func send(_ request: HTTPClientRequest, on loop: EventLoop?) async -> Result<HTTPClientResponse, Unanswered> {
         let client: HTTPClient
         do throws(StartupError) { client = try identity.client() } catch { return .failure(Unanswered(reason: "introspection client: \(error.description)")) }
         do throws(HTTPClientError) {
-            return .success(try await client.execute(request))
+            return .success(try await client.execute(request, on: loop))
         } catch {
             return .failure(Unanswered(reason: error.kind == .timeout ? "introspection endpoint timed out" : "introspection endpoint unreachable: \(error.detail)"))
         }

@@ -34,24 +34,29 @@ public enum LockAttempt: Sendable, Equatable {
 
 /// The key-value operations dedupe needs, with the semantics Redis gives them.
 ///
-/// Keys are always hashes (see `DedupeKeys`), never raw push tokens.
+/// Keys are always hashes (see `DedupeKeys`), never raw push tokens. Every async operation takes
+/// the loop it is made for: a request's loop (`Registrar.Origin.loop`), whose own connection a
+/// shared store uses, or nil off the loops (an outbox worker, the sweeper, an admin call), for
+/// the store's pool. The caller says which; a store never reads it from the thread it runs on.
 public protocol DedupeStore: Sendable {
-    func get(_ key: String) async throws(StoreError) -> String?
+    func get(_ key: String, on loop: EventLoop?) async throws(StoreError) -> String?
     /// `get` for the hot path: looked up from `loop`'s thread without leaving it, `completion`
     /// called on that thread (before returning, when the answer is at hand). Call on `loop`.
     func peek(_ key: String, on loop: EventLoop, completion: @escaping (Result<String?, StoreError>) -> Void)
     /// Sets `key` to `value`, expiring after `ttlSeconds`.
-    func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError)
-    func delete(_ key: String) async throws(StoreError)
+    func set(_ key: String, _ value: String, ttlSeconds: Int, on loop: EventLoop?) async throws(StoreError)
+    func delete(_ key: String, on loop: EventLoop?) async throws(StoreError)
     /// Deletes `key` only while it still holds `owner`, so an expired lock taken over by another
     /// process is never released by the old holder.
-    func release(_ key: String, owner: String) async throws(StoreError)
+    func release(_ key: String, owner: String, on loop: EventLoop?) async throws(StoreError)
     /// In one step: `.current` when `entry` already holds `fingerprint`, otherwise tries to take
     /// `lock` for `owner` (set only when absent, expiring after `ttlMillis`): `.acquired` or `.busy`.
-    func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String, ttlMillis: Int) async throws(StoreError) -> LockAttempt
+    func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String, ttlMillis: Int,
+                      on loop: EventLoop?) async throws(StoreError) -> LockAttempt
     /// In one step: writes `entry` = `fingerprint` for `ttlSeconds` and releases `lock` if
     /// `owner` still holds it.
-    func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String) async throws(StoreError)
+    func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String,
+                         on loop: EventLoop?) async throws(StoreError)
     /// True when the store answers now (for `/readyz`).
     func isReachable() async -> Bool
     /// A short name for logs and metrics (`memory`, `redis`).

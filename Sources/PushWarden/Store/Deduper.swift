@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import PWCrypto
 import Synchronization
@@ -37,17 +38,18 @@ public struct Deduper: Sendable {
     ///     budget, so that a crashed holder's lock expires and waiters take over.
     ///   - cached: what the entry held when the caller already looked (`peek` on the request's
     ///     loop), so that the lookup is not repeated; nil when it did not look.
+    ///   - loop: the request's loop, whose own store connection every step uses; nil off the loops.
     ///   - forward: the upstream call; its error is rethrown and nothing is cached. What it
     ///     returns comes back with `.forwarded` (nil with `.unchanged`).
     public func register<Forwarded: Sendable>(
         keys: RegistrationKeys, fingerprint: String, refreshAfterSeconds: Int, lockMillis: Int, app: String,
-        cached: String?? = nil,
+        cached: String?? = nil, on loop: EventLoop?,
         forward: @Sendable () async throws(UpstreamFailure) -> Forwarded
     ) async throws(UpstreamFailure) -> (DedupeOutcome, Forwarded?) {
         // The common case, a hit, costs one GET and nothing else.
         do {
             let current: String?
-            if let cached { current = cached } else { current = try await store.get(keys.entry) }
+            if let cached { current = cached } else { current = try await store.get(keys.entry, on: loop) }
             if current == fingerprint { return (.unchanged, nil) }
         } catch {
             return try await forwardDegraded(error, app: app, forward: forward)
@@ -59,7 +61,7 @@ public struct Deduper: Sendable {
             let attempt: LockAttempt
             do {
                 attempt = try await store.checkAndLock(entry: keys.entry, fingerprint: fingerprint, lock: keys.lock,
-                                                       owner: owner, ttlMillis: lockMillis)
+                                                       owner: owner, ttlMillis: lockMillis, on: loop)
             } catch {
                 return try await forwardDegraded(error, app: app, forward: forward)
             }
@@ -71,13 +73,13 @@ public struct Deduper: Sendable {
                 do throws(UpstreamFailure) {
                     forwarded = try await forward()
                 } catch {
-                    try? await store.release(keys.lock, owner: owner)
+                    try? await store.release(keys.lock, owner: owner, on: loop)
                     throw error
                 }
                 do {
                     // One round trip: remember the success and free the lock.
                     try await store.commitAndUnlock(entry: keys.entry, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds,
-                                                    lock: keys.lock, owner: owner)
+                                                    lock: keys.lock, owner: owner, on: loop)
                 } catch {
                     degrade(error, app: app)
                 }
@@ -101,9 +103,9 @@ public struct Deduper: Sendable {
     }
 
     /// Forgets the token so that the next registration is forwarded.
-    public func forget(keys: RegistrationKeys, app: String) async {
+    public func forget(keys: RegistrationKeys, app: String, on loop: EventLoop?) async {
         do {
-            try await store.delete(keys.entry)
+            try await store.delete(keys.entry, on: loop)
         } catch {
             degrade(error, app: app)
         }

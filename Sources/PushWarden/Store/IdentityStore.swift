@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 
 /// Keeps what providers hand back per push token (`UpstreamIdentity`), so the device never has
@@ -21,10 +22,11 @@ public struct IdentityStore: Sendable {
         self.sealer = sealer
     }
 
-    /// The identity kept under `keys.identity`, if any.
-    public func get(_ keys: RegistrationKeys, upstream: String) async -> UpstreamIdentity? {
+    /// The identity kept under `keys.identity`, if any. `loop`, as for every operation here: the
+    /// request's loop, whose own store connection is used, or nil off the loops.
+    public func get(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async -> UpstreamIdentity? {
         do {
-            guard let stored = try await store.get(keys.identity) else { return nil }
+            guard let stored = try await store.get(keys.identity, on: loop) else { return nil }
             guard let raw = sealer.open(stored) else {
                 logger.bounded(.warning, "identity cannot be opened (a store key this process does not hold, or altered); treated as none",
                                key: upstream, [("upstream", upstream)])
@@ -42,18 +44,18 @@ public struct IdentityStore: Sendable {
         }
     }
 
-    public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String) async {
+    public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
         let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
         do {
-            try await store.set(keys.identity, sealer.seal(JSONValue.object(object).encodedString()), ttlSeconds: Self.ttlSeconds)
+            try await store.set(keys.identity, sealer.seal(JSONValue.object(object).encodedString()), ttlSeconds: Self.ttlSeconds, on: loop)
         } catch {
             logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }
     }
 
-    public func delete(_ keys: RegistrationKeys, upstream: String) async {
+    public func delete(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
         do {
-            try await store.delete(keys.identity)
+            try await store.delete(keys.identity, on: loop)
         } catch {
             logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
         }

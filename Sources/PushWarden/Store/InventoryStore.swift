@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 
 /// One installation as the inventory writes it: who holds it, what it is, and which upstreams
@@ -75,20 +76,24 @@ struct StoredInstallation: Sendable, Equatable {
 /// Where the inventory of each contact's installations lives (contract section 8): per contact,
 /// its installations by token digest; per token, the contact holding it; per app, when each
 /// installation was last seen. Both stores implement the same semantics; keys are hashes.
+///
+/// What a request does takes the request's loop (`Registrar.Origin.loop`), whose own connection
+/// a shared store uses, or nil off the loops; the sweeper's own operations (`seen`, `forgetSeen`,
+/// `lease`) never run for a request and always use the pool.
 protocol InventoryStore: Sendable {
     /// Writes the installation into its contact's inventory (keeping its first-seen time and the
     /// upstreams named before), makes the contact the token's holder and indexes when it was seen;
     /// in one round trip. The previous holder's inventory is not touched here: see
     /// `previousOwner`.
-    func record(_ write: InventoryWrite) async throws(StoreError) -> InventoryWriteResult
+    func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult
     /// The contact holding the token now, if the inventory knows it.
-    func owner(of token: TokenKeys) async throws(StoreError) -> ContactKeys?
-    func installation(_ token: TokenKeys, of contact: ContactKeys) async throws(StoreError) -> StoredInstallation?
-    func installations(of contact: ContactKeys) async throws(StoreError) -> [StoredInstallation]
+    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys?
+    func installation(_ token: TokenKeys, of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> StoredInstallation?
+    func installations(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [StoredInstallation]
     /// Removes the token from the contact's inventory (only while its record is still `expected`,
     /// when given), its holder while that is this contact, and its last-seen entry. True when the
     /// record was removed (or was already gone and nothing was expected).
-    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?) async throws(StoreError) -> Bool
+    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool
     /// Up to `limit` installations of the app last seen before `cutoffMillis`, oldest first.
     func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)]
     /// Drops a last-seen entry whose installation is gone.

@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import Synchronization
 
@@ -18,7 +19,7 @@ final class MemoryInventoryStore: InventoryStore {
 
     init() {}
 
-    func record(_ write: InventoryWrite) async throws(StoreError) -> InventoryWriteResult {
+    func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         state.withLock { state in
             let previous = state.owners.updateValue(write.contact.digest, forKey: write.token.digest)
             var records = state.inventories[write.contact.digest, default: [:]]
@@ -35,20 +36,20 @@ final class MemoryInventoryStore: InventoryStore {
         }
     }
 
-    func owner(of token: TokenKeys) async throws(StoreError) -> ContactKeys? {
+    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
         state.withLock { $0.owners[token.digest].map(ContactKeys.init(digest:)) }
     }
 
-    func installation(_ token: TokenKeys, of contact: ContactKeys) async throws(StoreError) -> StoredInstallation? {
+    func installation(_ token: TokenKeys, of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> StoredInstallation? {
         state.withLock { $0.inventories[contact.digest]?[token.digest] }.flatMap { StoredInstallation.decode($0, token: token) }
     }
 
-    func installations(of contact: ContactKeys) async throws(StoreError) -> [StoredInstallation] {
+    func installations(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [StoredInstallation] {
         let records = state.withLock { $0.inventories[contact.digest] ?? [:] }
         return records.compactMap { StoredInstallation.decode($0.value, token: TokenKeys(digest: $0.key)) }
     }
 
-    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?) async throws(StoreError) -> Bool {
+    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool {
         state.withLock { state in
             let current = state.inventories[contact.digest]?[token.digest]
             if let expected, current != expected { return false }

@@ -8,7 +8,8 @@ import Synchronization
 /// The embedded store: one process, nothing shared, nothing survives a restart.
 ///
 /// Thread-safe through one `Mutex`. Expired entries are dropped when read and swept every
-/// `sweepInterval` writes, so memory tracks the live entries.
+/// `sweepInterval` writes, so memory tracks the live entries. The loop an operation is made for
+/// changes nothing here.
 public final class MemoryStore: DedupeStore {
     private struct Entry {
         var value: String
@@ -26,7 +27,7 @@ public final class MemoryStore: DedupeStore {
 
     public init() {}
 
-    public func get(_ key: String) async throws(StoreError) -> String? {
+    public func get(_ key: String, on loop: EventLoop?) async throws(StoreError) -> String? {
         lookup(key)
     }
 
@@ -46,22 +47,22 @@ public final class MemoryStore: DedupeStore {
         }
     }
 
-    public func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError) {
+    public func set(_ key: String, _ value: String, ttlSeconds: Int, on loop: EventLoop?) async throws(StoreError) {
         write(key, value, ttlNanos: UInt64(max(ttlSeconds, 1)) * 1_000_000_000)
     }
 
-    public func delete(_ key: String) async throws(StoreError) {
+    public func delete(_ key: String, on loop: EventLoop?) async throws(StoreError) {
         _ = state.withLock { $0.entries.removeValue(forKey: key) }
     }
 
-    public func release(_ key: String, owner: String) async throws(StoreError) {
+    public func release(_ key: String, owner: String, on loop: EventLoop?) async throws(StoreError) {
         state.withLock { state in
             if state.entries[key]?.value == owner { state.entries[key] = nil }
         }
     }
 
     public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
-                             ttlMillis: Int) async throws(StoreError) -> LockAttempt {
+                             ttlMillis: Int, on loop: EventLoop?) async throws(StoreError) -> LockAttempt {
         let now = MonotonicClock.nowNanos()
         return state.withLock { state in
             if let current = state.entries[entry], current.expiresAt > now, current.value == fingerprint { return .current }
@@ -72,7 +73,7 @@ public final class MemoryStore: DedupeStore {
     }
 
     public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String,
-                                owner: String) async throws(StoreError) {
+                                owner: String, on loop: EventLoop?) async throws(StoreError) {
         write(entry, fingerprint, ttlNanos: UInt64(max(ttlSeconds, 1)) * 1_000_000_000)
         state.withLock { state in
             if state.entries[lock]?.value == owner { state.entries[lock] = nil }

@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import RedisClient
 
@@ -56,16 +57,17 @@ final class RedisInventoryStore: InventoryStore {
         return 1
         """)
 
-    func record(_ write: InventoryWrite) async throws(StoreError) -> InventoryWriteResult {
+    func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
         let now = String(write.nowMillis)
-        async let owner = result { [store] () async throws(StoreError) in try await store.send(["SET", write.token.owner, write.contact.digest, "GET"]) }
+        async let owner = result { [store] () async throws(StoreError) in try await store.send(["SET", write.token.owner, write.contact.digest, "GET"], on: loop) }
         async let record = result { [store] () async throws(StoreError) in
             try await store.evaluate(Self.recordScript, keys: [write.contact.inventory],
-                                     arguments: [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now])
+                                     arguments: [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now],
+                                     on: loop)
         }
         async let seen = result { [store] () async throws(StoreError) in
-            try await store.send(["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)])
+            try await store.send(["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)], on: loop)
         }
         let (ownerReply, recordReply, _) = (try await owner.get(), try await record.get(), try await seen.get())
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
@@ -74,17 +76,17 @@ final class RedisInventoryStore: InventoryStore {
         return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
     }
 
-    func owner(of token: TokenKeys) async throws(StoreError) -> ContactKeys? {
-        try await store.get(token.owner).map(ContactKeys.init(digest:))
+    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.get(token.owner, on: loop).map(ContactKeys.init(digest:))
     }
 
-    func installation(_ token: TokenKeys, of contact: ContactKeys) async throws(StoreError) -> StoredInstallation? {
-        let reply = try await store.send(["HGET", contact.inventory, token.digest])
+    func installation(_ token: TokenKeys, of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> StoredInstallation? {
+        let reply = try await store.send(["HGET", contact.inventory, token.digest], on: loop)
         return reply.string.flatMap { StoredInstallation.decode($0, token: token) }
     }
 
-    func installations(of contact: ContactKeys) async throws(StoreError) -> [StoredInstallation] {
-        guard case .array(let items) = try await store.send(["HGETALL", contact.inventory]) else {
+    func installations(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [StoredInstallation] {
+        guard case .array(let items) = try await store.send(["HGETALL", contact.inventory], on: loop) else {
             throw StoreError(.unexpectedReply, "unexpected HGETALL reply")
         }
         var result: [StoredInstallation] = []
@@ -99,27 +101,28 @@ final class RedisInventoryStore: InventoryStore {
         return result
     }
 
-    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?) async throws(StoreError) -> Bool {
-        let reply = try await store.evaluate(Self.removeScript, keys: [contact.inventory], arguments: [token.digest] + (expected.map { [$0] } ?? []))
+    func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool {
+        let reply = try await store.evaluate(Self.removeScript, keys: [contact.inventory], arguments: [token.digest] + (expected.map { [$0] } ?? []),
+                                             on: loop)
         guard case .integer(1) = reply else { return false }
-        try await store.release(token.owner, owner: contact.digest)
-        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)])
+        try await store.release(token.owner, owner: contact.digest, on: loop)
+        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)], on: loop)
         return true
     }
 
     func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)] {
-        guard case .array(let items) = try await store.send(["ZRANGEBYSCORE", app.seen, "-inf", "(" + String(cutoffMillis), "LIMIT", "0", String(limit)]) else {
+        guard case .array(let items) = try await store.send(["ZRANGEBYSCORE", app.seen, "-inf", "(" + String(cutoffMillis), "LIMIT", "0", String(limit)], on: nil) else {
             throw StoreError(.unexpectedReply, "unexpected ZRANGEBYSCORE reply")
         }
         return items.compactMap { $0.string.flatMap(Self.parseSeenMember) }
     }
 
     func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
-        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)])
+        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)], on: nil)
     }
 
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
-        let reply = try await store.evaluate(Self.leaseScript, keys: [key], arguments: [owner, String(max(ttlMillis, 1))])
+        let reply = try await store.evaluate(Self.leaseScript, keys: [key], arguments: [owner, String(max(ttlMillis, 1))], on: nil)
         return reply == .integer(1)
     }
 

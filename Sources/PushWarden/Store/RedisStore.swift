@@ -15,8 +15,8 @@ public final class RedisStore: DedupeStore {
 
     public init(client: RedisClient) { self.client = client }
 
-    public func get(_ key: String) async throws(StoreError) -> String? {
-        try Self.value(ofGET: try await send(["GET", key]))
+    public func get(_ key: String, on loop: EventLoop?) async throws(StoreError) -> String? {
+        try Self.value(ofGET: try await send(["GET", key], on: loop))
     }
 
     /// On the loop's own Redis connection: the GETs of one loop turn share one write.
@@ -43,16 +43,16 @@ public final class RedisStore: DedupeStore {
         }
     }
 
-    public func set(_ key: String, _ value: String, ttlSeconds: Int) async throws(StoreError) {
-        try expectOK(try await send(["SET", key, value, "EX", String(max(ttlSeconds, 1))]))
+    public func set(_ key: String, _ value: String, ttlSeconds: Int, on loop: EventLoop?) async throws(StoreError) {
+        try expectOK(try await send(["SET", key, value, "EX", String(max(ttlSeconds, 1))], on: loop))
     }
 
-    public func delete(_ key: String) async throws(StoreError) {
-        _ = try await send(["DEL", key])
+    public func delete(_ key: String, on loop: EventLoop?) async throws(StoreError) {
+        _ = try await send(["DEL", key], on: loop)
     }
 
-    public func release(_ key: String, owner: String) async throws(StoreError) {
-        _ = try await evaluate(Self.releaseScript, keys: [key], arguments: [owner])
+    public func release(_ key: String, owner: String, on loop: EventLoop?) async throws(StoreError) {
+        _ = try await evaluate(Self.releaseScript, keys: [key], arguments: [owner], on: loop)
     }
 
     /// KEYS[1] entry, KEYS[2] lock; ARGV[1] fingerprint, ARGV[2] ttl (s), ARGV[3] owner.
@@ -68,13 +68,13 @@ public final class RedisStore: DedupeStore {
     /// sets the entry before it frees the lock. A lock taken for an entry that turns out current is
     /// given back at once.
     public func checkAndLock(entry: String, fingerprint: String, lock: String, owner: String,
-                             ttlMillis: Int) async throws(StoreError) -> LockAttempt {
-        let (set, get) = try await sendPair(["SET", lock, owner, "NX", "PX", String(max(ttlMillis, 1))], ["GET", entry])
+                             ttlMillis: Int, on loop: EventLoop?) async throws(StoreError) -> LockAttempt {
+        let (set, get) = try await sendPair(["SET", lock, owner, "NX", "PX", String(max(ttlMillis, 1))], ["GET", entry], on: loop)
         let current = try Self.value(ofGET: get) == fingerprint
         switch set {
         case .status("OK"):
             guard current else { return .acquired }
-            try await release(lock, owner: owner)
+            try await release(lock, owner: owner, on: loop)
             return .current
         case .null:
             return current ? .current : .busy
@@ -84,21 +84,21 @@ public final class RedisStore: DedupeStore {
     }
 
     public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String,
-                                owner: String) async throws(StoreError) {
+                                owner: String, on loop: EventLoop?) async throws(StoreError) {
         _ = try await evaluate(Self.commitAndUnlockScript, keys: [entry, lock],
-                               arguments: [fingerprint, String(max(ttlSeconds, 1)), owner])
+                               arguments: [fingerprint, String(max(ttlSeconds, 1)), owner], on: loop)
     }
 
     public func isReachable() async -> Bool { await client.ping() }
 
     /// Runs a script by its SHA-1 (Redis keeps compiled scripts), sending the source only when
     /// this Redis has not seen it yet (after a restart or SCRIPT FLUSH), which also caches it.
-    func evaluate(_ script: LuaScript, keys: [String], arguments: [String]) async throws(StoreError) -> RedisReply {
+    func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop?) async throws(StoreError) -> RedisReply {
         let tail = [String(keys.count)] + keys + arguments
         do {
-            return try await send(["EVALSHA", script.sha1] + tail)
+            return try await send(["EVALSHA", script.sha1] + tail, on: loop)
         } catch where error.kind == .missingScript {
-            return try await send(["EVAL", script.source] + tail)
+            return try await send(["EVAL", script.source] + tail, on: loop)
         }
     }
 
@@ -123,46 +123,52 @@ public final class RedisStore: DedupeStore {
     private static let evalshaCommand = Array("EVALSHA".utf8)
     private static let evalCommand = Array("EVAL".utf8)
 
-    /// On a loop's thread (a task that prefers the loop) over the loop's own connection, else
-    /// through the client's pipelined pool.
-    func send(_ arguments: [String]) async throws(StoreError) -> RedisReply {
+    /// Over `loop`'s own connection when the operation is made for a loop, else through the
+    /// client's pipelined pool: the caller's choice, whatever thread the task runs on.
+    func send(_ arguments: [String], on loop: EventLoop?) async throws(StoreError) -> RedisReply {
         let result: Result<RedisReply, RedisError>
-        if let loop = EventLoop.current {
-            let bytes = arguments.map { Array($0.utf8) }
-            result = await withCheckedContinuation { continuation in
-                client.send(bytes: bytes, on: loop) { continuation.resume(returning: $0) }
-            }
-        } else {
-            do {
-                result = .success(try await client.send(arguments))
-            } catch {
-                result = .failure(error)
-            }
+        do {
+            result = .success(try await client.send(arguments, on: loop))
+        } catch {
+            result = .failure(error)
         }
         return try Self.reply(result)
     }
 
     /// Two commands in one round trip on a loop's connection (both leave in the turn's write);
-    /// one after the other through the pool off the loops.
-    private func sendPair(_ first: [String], _ second: [String]) async throws(StoreError) -> (RedisReply, RedisReply) {
-        guard let loop = EventLoop.current else {
-            return (try await send(first), try await send(second))
+    /// one after the other through the pool with no loop.
+    private func sendPair(_ first: [String], _ second: [String], on loop: EventLoop?) async throws(StoreError) -> (RedisReply, RedisReply) {
+        guard let loop else {
+            return (try await send(first, on: nil), try await send(second, on: nil))
         }
-        let (a, b) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>) in
-            // Both completions run on this loop. On one connection they come in order, but on a
-            // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
-            var firstResult: Result<RedisReply, RedisError>?
-            var secondResult: Result<RedisReply, RedisError>?
-            client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
-                firstResult = result
-                if let secondResult { continuation.resume(returning: (result, secondResult)) }
-            }
-            client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
-                secondResult = result
-                if let firstResult { continuation.resume(returning: (firstResult, result)) }
+        let (a, b) = await withCheckedContinuation { (continuation: PairContinuation) in
+            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+            if loop.isCurrent {
+                startPair(first, second, on: loop, continuation)
+            } else if !loop.execute({ [self] in startPair(first, second, on: loop, continuation) }) {
+                let stopped = Result<RedisReply, RedisError>.failure(RedisError(kind: .closed, detail: "event loop stopped"))
+                continuation.resume(returning: (stopped, stopped))
             }
         }
         return (try Self.reply(a), try Self.reply(b))
+    }
+
+    private typealias PairContinuation = CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>
+
+    /// Sends both commands on `loop`'s connection; call on `loop`.
+    private func startPair(_ first: [String], _ second: [String], on loop: EventLoop, _ continuation: PairContinuation) {
+        // Both completions run on this loop. On one connection they come in order, but on a
+        // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
+        var firstResult: Result<RedisReply, RedisError>?
+        var secondResult: Result<RedisReply, RedisError>?
+        client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
+            firstResult = result
+            if let secondResult { continuation.resume(returning: (result, secondResult)) }
+        }
+        client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
+            secondResult = result
+            if let firstResult { continuation.resume(returning: (firstResult, result)) }
+        }
     }
 
     private static func reply(_ result: Result<RedisReply, RedisError>) throws(StoreError) -> RedisReply {

@@ -1,4 +1,5 @@
 import HTTPClient
+import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
@@ -53,9 +54,11 @@ public final class UpstreamCaller: Sendable {
     /// nil when a call may go now, else how long to wait before one may (milliseconds, ≥ 1).
     public var circuitWaitMillis: Int? { breaker.wait() }
 
+    /// - Parameter loop: the request's loop, whose own connections carry every attempt; nil off the
+    ///   loops (an outbox worker, the sweeper, an admin call).
     /// - Throws: why the upstream did not take it; never `.refusedBeforeCall`. While the circuit
     ///   is open, `.unavailable` at once (nothing is sent) with the time left as `Retry-After`.
-    public func call(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(UpstreamFailure) -> HTTPClientResponse {
+    public func call(_ request: HTTPClientRequest, operation: UpstreamOperation, on loop: EventLoop?) async throws(UpstreamFailure) -> HTTPClientResponse {
         let permit: CircuitBreaker.Permit
         switch breaker.acquire() {
         case .allowed(let granted):
@@ -64,7 +67,7 @@ public final class UpstreamCaller: Sendable {
             throw .unavailable(upstream: adapter.name, retryAfterSeconds: RetryAfter.forClient((waitMillis + 999) / 1000))
         }
         do throws(UpstreamFailure) {
-            let response = try await attempts(request, operation: operation)
+            let response = try await attempts(request, operation: operation, on: loop)
             settle(permit, failed: false)
             return response
         } catch {
@@ -94,7 +97,7 @@ public final class UpstreamCaller: Sendable {
     }
 
     /// Every attempt the budget allows.
-    private func attempts(_ request: HTTPClientRequest, operation: UpstreamOperation) async throws(UpstreamFailure) -> HTTPClientResponse {
+    private func attempts(_ request: HTTPClientRequest, operation: UpstreamOperation, on loop: EventLoop?) async throws(UpstreamFailure) -> HTTPClientResponse {
         let deadline = MonotonicClock.nowMillis() + UInt64(budgetMillis)
         var attempt = 0
         var lastRetryAfter: Int?
@@ -110,7 +113,7 @@ public final class UpstreamCaller: Sendable {
             let verdict: UpstreamVerdict
             var response: HTTPClientResponse?
             do {
-                let r = try await transport.send(attemptRequest)
+                let r = try await transport.send(attemptRequest, on: loop)
                 response = r
                 verdict = adapter.verdict(for: r, operation: operation)
             } catch {

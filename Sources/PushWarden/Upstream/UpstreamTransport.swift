@@ -1,15 +1,17 @@
 import HTTPClient
+import Loops
 import PWCore
 
 /// The seam between PushWarden and the network: production sends with libcurl, `dry_run` logs
 /// instead, tests may substitute their own.
 public protocol UpstreamTransport: Sendable {
-    func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse
+    /// - Parameter loop: the request's loop, whose own connections carry the call; nil off the loops.
+    func send(_ request: HTTPClientRequest, on loop: EventLoop?) async throws(HTTPClientError) -> HTTPClientResponse
 }
 
 extension HTTPClient: UpstreamTransport {
-    public func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
-        try await execute(request)
+    public func send(_ request: HTTPClientRequest, on loop: EventLoop?) async throws(HTTPClientError) -> HTTPClientResponse {
+        try await execute(request, on: loop)
     }
 }
 
@@ -24,7 +26,7 @@ public struct DryRunTransport: UpstreamTransport {
         self.answer = answer
     }
 
-    public func send(_ request: HTTPClientRequest) async throws(HTTPClientError) -> HTTPClientResponse {
+    public func send(_ request: HTTPClientRequest, on loop: EventLoop?) async throws(HTTPClientError) -> HTTPClientResponse {
         var headers: [String] = []
         for field in request.headers {
             let shown = Self.isSecretHeader(field.name) ? "<redacted>"
