@@ -163,6 +163,7 @@ run() {
   local out="$work/$name.txt"
   local perf_pid= calls_before=
   [[ $name == pw_hit_* || $name == pw_tail ]] && calls_before=$(upstream_calls)
+  [[ $name == cluster_hit_* ]] && calls_before=$(upstream_calls "$cluster_admin")
   if [[ -n $PERF && ( $name == pw_hit_hs256 || $name == pw_forwarded ) ]]; then
     mkdir -p bench-out
     perf record -q -e cpu-clock -g -p "$pw_pid" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
@@ -187,7 +188,11 @@ print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$out"); non2xx=${non2xx:-0}
   errors=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$out"); errors=${errors:-0}
   [[ -n $perf_pid ]] && { wait "$perf_pid" || true; }
-  [[ -n $calls_before ]] && fact "${name}_upstream_calls" "$(( $(upstream_calls) - calls_before ))"
+  if [[ -n $calls_before ]]; then
+    local admin_port=$pw_admin
+    [[ $name == cluster_hit_* ]] && admin_port=$cluster_admin
+    fact "${name}_upstream_calls" "$(( $(upstream_calls "$admin_port") - calls_before ))"
+  fi
   echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
   echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
 }
@@ -204,7 +209,7 @@ cpu_ticks() {
   echo "${out}nginx=$workers $(awk '/^cpu / {print "idle=" $5 + $6, "steal=" $9}' /proc/stat)"
 }
 # Upstream calls so far: a hit scenario that makes any measured misses, not hits.
-upstream_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
+upstream_calls() { curl -s "http://127.0.0.1:${1:-$pw_admin}/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
 # Calls to introspection endpoints so far: a warm-cache scenario that makes any measured misses.
 introspection_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_introspection_calls_total/ {s += $NF} END {print s + 0}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pw_pid/status"; }

@@ -39,10 +39,7 @@ public struct ContactKeys: Sendable, Equatable, Hashable {
     public let prefix: String
 
     public init(app: String, contactID: String) {
-        var material = Array(app.utf8)
-        material.append(0)
-        material.append(contentsOf: contactID.utf8)
-        self.init(digest: SHA256.hexHash(material))
+        self.init(digest: KeyDigest.of(app, contactID))
     }
 
     /// The keys of a contact known only by its digest (the owner of a token, an expiry entry).
@@ -67,15 +64,24 @@ public struct TokenKeys: Sendable, Equatable {
     public let owner: String
 
     public init(app: String, pushToken: String) {
-        var material = Array(app.utf8)
-        material.append(0)
-        material.append(contentsOf: pushToken.utf8)
-        self.init(digest: SHA256.hexHash(material))
+        self.init(digest: KeyDigest.of(app, pushToken))
     }
 
     public init(digest: String) {
         self.digest = digest
         owner = "pw:v2:{t:" + digest + "}:owner"
+    }
+}
+
+/// The hex SHA-256 of an app id and one value, a zero byte between: what contact and token keys
+/// are named by.
+enum KeyDigest {
+    static func of(_ app: String, _ value: String) -> String {
+        var material = Array(app.utf8)
+        material.reserveCapacity(material.count + 1 + value.utf8.count)
+        material.append(0)
+        material.append(contentsOf: value.utf8)
+        return SHA256.hexHash(material)
     }
 }
 
