@@ -101,6 +101,9 @@ cat >"$WORK/schemathesis.toml" <<'EOF'
 expected-statuses = ["400", "401", "403", "404", "405", "413", "415", "429"]
 EOF
 
+# One worker: with two, schemathesis's generator compiled Python in two threads at once and CPython
+# 3.11 failed inside it ("SystemError: AST constructor recursion depth mismatch", a runtime error
+# of the tool, not a finding) in one of three runs.
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,unsupported_method,allow_header_conformance,ignored_auth
 run_schemathesis() {
   local name=$1 url=$2
@@ -109,7 +112,7 @@ run_schemathesis() {
   (cd "$WORK" && PW_TOKENS="$WORK/tokens" SCHEMATHESIS_HOOKS="$WORK/hooks.py" timeout 300 \
     "$VENV/bin/schemathesis" --config-file "$WORK/schemathesis.toml" run "$SPEC" \
       --url "$url" --seed "$SEED" --max-examples "$MAX_EXAMPLES" --checks "$CHECKS" \
-      --generation-database none --request-timeout 10 --workers 2 --no-color \
+      --generation-database none --request-timeout 10 --workers 1 --no-color \
       --report ndjson --report-ndjson-path "$WORK/$name.ndjson" "$@") >"$WORK/$name.out" 2>&1 || rc=$?
   sed -n '/SUMMARY/,$p' "$WORK/$name.out"
   if ((rc != 0)); then
