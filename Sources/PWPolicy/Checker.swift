@@ -100,6 +100,17 @@ final class Checker {
         return text
     }
 
+    /// A `duration` that must be whole seconds (`leeway`, `cache_ttl`), in seconds.
+    func wholeSeconds(_ node: YAMLNode, _ path: String, min: Int, max: Int?) -> Int? {
+        duration(node, path, min: min, max: max).flatMap { millis in
+            guard millis % 1000 == 0 else {
+                report(node.mark, path, "must be a whole number of seconds")
+                return nil
+            }
+            return millis / 1000
+        }
+    }
+
     func duration(_ node: YAMLNode, _ path: String, min: Int, max: Int?) -> Int? {
         guard let text = scalarText(node, path, expected: "a duration") else { return nil }
         guard let millis = Values.durationMillis(text) else {

@@ -219,13 +219,7 @@ struct PolicyReader {
         let contactField = fields.required("contact_field").flatMap { checker.string($0, fields.at("contact_field")) }
         var ttl: Int? = 60
         if let node = fields["cache_ttl"] {
-            ttl = checker.duration(node, fields.at("cache_ttl"), min: 0, max: 3_600_000).flatMap { millis in
-                guard millis % 1000 == 0 else {
-                    checker.report(node.mark, fields.at("cache_ttl"), "must be a whole number of seconds")
-                    return nil
-                }
-                return millis / 1000
-            }
+            ttl = checker.wholeSeconds(node, fields.at("cache_ttl"), min: 0, max: 3_600_000)
         }
         var timeout: Int? = 500
         if let node = fields["timeout"] { timeout = checker.duration(node, fields.at("timeout"), min: 50, max: 10_000) }
@@ -282,13 +276,7 @@ struct PolicyReader {
         if let node = fields["contact_claim"] { contactClaim = checker.string(node, fields.at("contact_claim")) }
         var leeway: Int? = 30
         if let node = fields["leeway"] {
-            leeway = checker.duration(node, fields.at("leeway"), min: 0, max: 300_000).flatMap { millis in
-                guard millis % 1000 == 0 else {
-                    checker.report(node.mark, fields.at("leeway"), "must be a whole number of seconds")
-                    return nil
-                }
-                return millis / 1000
-            }
+            leeway = checker.wholeSeconds(node, fields.at("leeway"), min: 0, max: 300_000)
         }
         guard ok, let algorithms, let keysValue, let contactClaim, let leeway else { return nil }
         return SessionPolicy(header: header, cookie: cookie, algorithms: algorithms, keys: keysValue, issuer: issuer,

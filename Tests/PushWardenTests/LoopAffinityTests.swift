@@ -25,36 +25,18 @@ import Testing
         init() throws {
             redis = try RedisServer.start()
             mock = try MockVoyado(apiKey: "vk")
-            let yaml = """
-                version: 1
-                apps:
-                  shop:
-                    session:
-                      type: jwt
-                      algorithms: [HS256]
-                      hmac_secret: {env: SESSION}
-                    client:
-                      platforms: [ios, android, web]
-                    upstreams:
+            let upstreams = """
                       - name: voyado
                         provider: voyado
                         role: primary
                         base_path: \(mock.basePath)
                         api_key: {env: VOYADO_KEY}
                 """
-            let policy = try PolicyLoader.load(text: yaml, path: "affinity.yaml").get()
-            let secrets = StaticSecrets([.env("SESSION"): Array(repeating: 7, count: 32), .env("VOYADO_KEY"): Array("vk".utf8)])
             let logger = Logger(label: "test", level: .debug, sink: .memory())
             let metrics = Metrics()
             http = try HTTPClient()
-            let policyApp = policy.apps[0]
-            var callers: [UpstreamCaller] = []
-            for upstream in policyApp.upstreams {
-                let (adapter, transport) = try ProviderFactory.make(upstream, app: "shop", secrets: secrets, network: http, logger: logger)
-                callers.append(UpstreamCaller(app: "shop", adapter: adapter, policy: upstream, transport: transport, metrics: metrics, logger: logger))
-            }
-            app = AppRuntime(policy: policyApp, sessions: try SessionVerifier(policy: #require(policyApp.session.jwt), secrets: secrets),
-                             upstreams: callers)
+            app = try TestApp.make(upstreams: upstreams, secrets: [.env("VOYADO_KEY"): Array("vk".utf8)], network: http, logger: logger,
+                                   metrics: metrics, path: "affinity.yaml")
             client = RedisClient(configuration: redis.configuration())
             let store = RedisStore(client: client)
             registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),

@@ -19,33 +19,11 @@ import Testing
         let store: MemoryStore
 
         init(upstreams: String, secrets: [SecretRef: String]) throws {
-            let yaml = """
-                version: 1
-                apps:
-                  shop:
-                    session:
-                      type: jwt
-                      algorithms: [HS256]
-                      hmac_secret: {env: SESSION}
-                    client:
-                      platforms: [ios, android, web]
-                    upstreams:
-                \(upstreams)
-                """
-            let policy = try PolicyLoader.load(text: yaml, path: "registrar.yaml").get()
-            var values: [SecretRef: [UInt8]] = [.env("SESSION"): Array(repeating: 7, count: 32)]
-            for (ref, value) in secrets { values[ref] = Array(value.utf8) }
-            let resolver = StaticSecrets(values)
             let logger = Logger(label: "test", level: .debug, sink: .memory())
             let metrics = Metrics()
             client = try HTTPClient()
-            let policyApp = policy.apps[0]
-            var callers: [UpstreamCaller] = []
-            for upstream in policyApp.upstreams {
-                let (adapter, transport) = try ProviderFactory.make(upstream, app: "shop", secrets: resolver, network: client, logger: logger)
-                callers.append(UpstreamCaller(app: "shop", adapter: adapter, policy: upstream, transport: transport, metrics: metrics, logger: logger))
-            }
-            app = AppRuntime(policy: policyApp, sessions: try SessionVerifier(policy: #require(policyApp.session.jwt), secrets: resolver), upstreams: callers)
+            app = try TestApp.make(upstreams: upstreams, secrets: secrets.mapValues { Array($0.utf8) }, network: client, logger: logger,
+                                   metrics: metrics, path: "registrar.yaml")
             store = MemoryStore()
             registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                                   identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
