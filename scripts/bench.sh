@@ -23,7 +23,10 @@ PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. 
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
 PW_BASELINE=${PW_BASELINE:-}
-PERF=${PERF:-}                         # PERF=1: perf-record PushWarden during P1 and P2 (bench-out/perf-*.data)
+PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden during P1 and P2 (bench-out/perf-*.data)
+# What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
+# allocations and where they are made (PERF_EVENT=probe_libc:malloc).
+PERF_EVENT=${PERF_EVENT:-cpu-clock}
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
@@ -89,8 +92,9 @@ secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
 "$bin/bench-tool" tokens --alg opaque --count "$POOL" --out "$work/sessions-opaque.txt"
 
-"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" >"$work/policy-base.yaml"
-# App benchi (introspected sessions) only for this build: a PW_BASELINE may predate session type introspect.
+"$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" >"$work/policy-base.yaml"
+# Apps benchq (a queued upstream) and benchi (introspected sessions) only for this build: a
+# PW_BASELINE may predate the outbox and session type introspect.
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
   --introspect-port "$introspect_port" --admin >"$work/policy.yaml"
 export BENCH_INTROSPECT_TOKEN=bench-introspect-token
@@ -164,9 +168,16 @@ run() {
   local perf_pid= calls_before=
   [[ $name == pw_hit_* || $name == pw_tail ]] && calls_before=$(upstream_calls)
   [[ $name == cluster_hit_* ]] && calls_before=$(upstream_calls "$cluster_admin")
-  if [[ -n $PERF && ( $name == pw_hit_hs256 || $name == pw_forwarded ) ]]; then
+  # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
+  local perf_target=
+  case $name in
+    pw_hit_hs256|pw_forwarded) perf_target=$pw_pid ;;
+    base_hit_hs256|base_forwarded) perf_target=$base_pid ;;
+    cluster_hit_hs256|cluster_forwarded) perf_target=$cluster_pid ;;
+  esac
+  if [[ -n $PERF && -n $perf_target ]]; then
     mkdir -p bench-out
-    perf record -q -e cpu-clock -g -p "$pw_pid" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
+    perf record -q -e "$PERF_EVENT" -g -p "$perf_target" -o "bench-out/perf-${name#pw_}.data" -- sleep "${duration%s}" >/dev/null 2>&1 &
     perf_pid=$!
   fi
   env "$@" wrk -t"$WRK_THREADS" -c"$conns" -d"$duration" --latency ${LUA:+-s "$LUA"} "$url" >"$out" 2>&1 &

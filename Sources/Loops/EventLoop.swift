@@ -30,8 +30,15 @@ public protocol LoopParticipant: AnyObject {
 /// threads may make. This is what makes the class `@unchecked Sendable`: the loop-confined
 /// state is guarded by `precondition(isCurrent)` on every mutating entry point.
 public final class EventLoop: @unchecked Sendable {
+    /// What runs on the loop's thread, in the order it was posted: a closure, or a task's job
+    /// (kept as it is, so resuming a task on the loop allocates nothing).
+    private enum Job {
+        case closure(@Sendable () -> Void)
+        case task(UnownedJob)
+    }
+
     private struct Inbox {
-        var jobs: [@Sendable () -> Void] = []
+        var jobs: [Job] = []
         var stopping = false
     }
 
@@ -100,6 +107,10 @@ public final class EventLoop: @unchecked Sendable {
     /// - Returns: false when the job was dropped.
     @discardableResult
     public func execute(_ job: @escaping @Sendable () -> Void) -> Bool {
+        post(.closure(job))
+    }
+
+    private func post(_ job: Job) -> Bool {
         let onLoop = isCurrent
         let (posted, wake): (Bool, Bool) = inbox.withLock { inbox in
             guard !inbox.stopping else { return (false, false) }
@@ -188,7 +199,7 @@ public final class EventLoop: @unchecked Sendable {
         let capacity: Int32 = 128
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: Int(capacity))
         defer { events.deallocate() }
-        var jobs: [@Sendable () -> Void] = []
+        var jobs: [Job] = []
         while running {
             let pendingJobs = inbox.withLock { !$0.jobs.isEmpty }
             let count = epoll_wait(epollFD, events, capacity, pendingJobs ? 0 : timeoutMillis())
@@ -214,7 +225,12 @@ public final class EventLoop: @unchecked Sendable {
                     return inbox.stopping
                 }
                 if jobs.isEmpty { break }
-                for job in jobs { job() }
+                for job in jobs {
+                    switch job {
+                    case .closure(let body): body()
+                    case .task(let task): task.runSynchronously(on: asUnownedTaskExecutor())
+                    }
+                }
                 jobs.removeAll(keepingCapacity: true)
             }
             let now = Self.now()
@@ -268,7 +284,7 @@ public struct LoopError: Error, Sendable, CustomStringConvertible {
 /// that awaiting something the loop drives (its Redis connection) resumes without a thread hop.
 extension EventLoop: TaskExecutor {
     public func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        execute { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+        // A job enqueued on a stopping loop is dropped, as `execute`'s closures are.
+        _ = post(.task(UnownedJob(job)))
     }
 }

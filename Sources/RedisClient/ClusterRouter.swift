@@ -26,15 +26,16 @@ final class ClusterRouter: LoopParticipant {
 
     /// One command while it is routed (a class: its redirections and retries share it).
     private final class Command {
-        let arguments: [[UInt8]]
+        /// The command in RESP, as it is sent (again, after a redirection).
+        let encoded: [UInt8]
         let slot: Int?
         let completion: Completion
         let deadline: UInt64
         var redirects = 0
         var attempts = 0
 
-        init(arguments: [[UInt8]], slot: Int?, completion: @escaping Completion, deadline: UInt64) {
-            self.arguments = arguments
+        init(encoded: [UInt8], slot: Int?, completion: @escaping Completion, deadline: UInt64) {
+            self.encoded = encoded
             self.slot = slot
             self.completion = completion
             self.deadline = deadline
@@ -52,7 +53,7 @@ final class ClusterRouter: LoopParticipant {
     private let topology: ClusterTopology
     private let commandTimeout: UInt64
     private static let maxRedirects = 5
-    private static let asking = [Array("ASKING".utf8)]
+    private static let asking = Hiredis.encode([Array("ASKING".utf8)])
 
     /// Every node this loop has heard of (seeds first); indices never change.
     private var nodes: [Node] = []
@@ -84,10 +85,11 @@ final class ClusterRouter: LoopParticipant {
         for retry in waiting { retry.command.completion(.failure(error)) }
     }
 
-    func send(_ arguments: [[UInt8]], completion: @escaping Completion) {
+    /// Sends one command, encoded in RESP, to the master of `slot` (nil: a keyless command).
+    func send(encoded: [UInt8], slot: Int?, completion: @escaping Completion) {
         loop.assertOnLoop("ClusterRouter")
         syncMap(force: false)
-        let command = Command(arguments: arguments, slot: ClusterSlot.of(command: arguments), completion: completion,
+        let command = Command(encoded: encoded, slot: slot, completion: completion,
                               deadline: EventLoop.now() + commandTimeout)
         dispatch(command, to: nil, asking: false)
     }
@@ -136,8 +138,8 @@ final class ClusterRouter: LoopParticipant {
     private func dispatch(_ command: Command, to chosen: Int?, asking: Bool) {
         let node = chosen ?? target(for: command)
         let connection = connection(to: node)
-        if asking { connection.send(Self.asking) { _ in } }
-        connection.send(command.arguments) { [weak self] result in
+        if asking { connection.send(encoded: Self.asking) { _ in } }
+        connection.send(encoded: command.encoded) { [weak self] result in
             guard let self else {
                 command.completion(result)
                 return

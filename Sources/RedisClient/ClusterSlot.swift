@@ -16,21 +16,23 @@ enum ClusterSlot {
 
     /// The slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the bytes between the
     /// first `{` and the first `}` after it, when not empty), modulo 16384.
-    static func of(_ key: [UInt8]) -> Int {
-        key.withUnsafeBufferPointer { bytes in
-            var start = 0
-            var end = bytes.count
-            if let open = bytes.firstIndex(of: UInt8(ascii: "{")),
-               let close = bytes[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1 {
-                start = open + 1
-                end = close
-            }
-            var crc: UInt16 = 0
-            for index in start..<end {
-                crc = (crc << 8) ^ table[Int(UInt8(truncatingIfNeeded: crc >> 8) ^ bytes[index])]
-            }
-            return Int(crc) & (count - 1)
+    static func of(_ key: some Collection<UInt8>) -> Int {
+        key.withContiguousStorageIfAvailable(of(contiguous:)) ?? Array(key).withUnsafeBufferPointer(of(contiguous:))
+    }
+
+    private static func of(contiguous bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        var start = 0
+        var end = bytes.count
+        if let open = bytes.firstIndex(of: UInt8(ascii: "{")),
+           let close = bytes[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1 {
+            start = open + 1
+            end = close
         }
+        var crc: UInt16 = 0
+        for index in start..<end {
+            crc = (crc << 8) ^ table[Int(UInt8(truncatingIfNeeded: crc >> 8) ^ bytes[index])]
+        }
+        return Int(crc) & (count - 1)
     }
 
     /// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
@@ -41,7 +43,8 @@ enum ClusterSlot {
     }
 
     /// The slot `arguments` must run in, or nil for a command without keys.
-    static func of(command arguments: [[UInt8]]) -> Int? {
+    /// Generic over the arguments' bytes: byte arrays, or strings' UTF-8 views.
+    static func of<Argument: Collection<UInt8>>(command arguments: [Argument]) -> Int? {
         guard arguments.count > 1 else { return nil }
         let name = arguments[0]
         switch keys(of: name) {
@@ -66,7 +69,7 @@ enum ClusterSlot {
             return slot
         case .script:
             // EVAL script numkeys key [key ...] arg [arg ...]
-            guard arguments.count > 3, let numkeys = Int(String(decoding: arguments[2], as: UTF8.self)), numkeys > 0,
+            guard arguments.count > 3, let numkeys = Int(String(decoding: Array(arguments[2]), as: UTF8.self)), numkeys > 0,
                   arguments.count >= 3 + numkeys else { return nil }
             let slot = of(arguments[3])
             assert(sameSlot(arguments, from: 3, step: 1, count: 3 + numkeys, as: slot),
@@ -75,7 +78,7 @@ enum ClusterSlot {
         }
     }
 
-    private static func sameSlot(_ arguments: [[UInt8]], from: Int, step: Int, count: Int, as slot: Int) -> Bool {
+    private static func sameSlot<Argument: Collection<UInt8>>(_ arguments: [Argument], from: Int, step: Int, count: Int, as slot: Int) -> Bool {
         stride(from: from, to: count, by: step).allSatisfy { of(arguments[$0]) == slot }
     }
 
@@ -91,7 +94,7 @@ enum ClusterSlot {
         case script
     }
 
-    private static func keys(of name: [UInt8]) -> Keys {
+    private static func keys(of name: some Collection<UInt8>) -> Keys {
         // Most commands are short; compare case-insensitively without allocating.
         if matches(name, "EVALSHA") || matches(name, "EVAL") || matches(name, "FCALL") || matches(name, "EVALSHA_RO")
             || matches(name, "EVAL_RO") || matches(name, "FCALL_RO") { return .script }
@@ -109,11 +112,10 @@ enum ClusterSlot {
         return .first
     }
 
-    private static func matches(_ name: [UInt8], _ expected: StaticString) -> Bool {
+    private static func matches(_ name: some Collection<UInt8>, _ expected: StaticString) -> Bool {
         guard name.count == expected.utf8CodeUnitCount else { return false }
         let pointer = expected.utf8Start
-        for index in 0..<name.count {
-            let byte = name[index]
+        for (index, byte) in name.enumerated() {
             let upper = byte >= 0x61 && byte <= 0x7A ? byte - 0x20 : byte
             guard upper == pointer[index] else { return false }
         }

@@ -51,8 +51,12 @@ enum Hiredis {
     /// `redisAppendFormattedCommand`, which skips hiredis's own formatting. Nothing is written to
     /// the socket.
     static func append(_ arguments: [[UInt8]], to context: UnsafeMutablePointer<redisContext>) -> Bool {
-        let command = encode(arguments)
-        return command.withUnsafeBufferPointer { buffer in
+        append(encoded: encode(arguments), to: context)
+    }
+
+    /// Adds one command already encoded in RESP (``encode(_:)``) to the output buffer.
+    static func append(encoded command: [UInt8], to context: UnsafeMutablePointer<redisContext>) -> Bool {
+        command.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { chars in
                 redisAppendFormattedCommand(context, chars.baseAddress, chars.count) == REDIS_OK
             }
@@ -60,7 +64,9 @@ enum Hiredis {
     }
 
     /// `*<count>\r\n` then `$<length>\r\n<bytes>\r\n` per argument, sized exactly up front.
-    static func encode(_ arguments: [[UInt8]]) -> [UInt8] {
+    /// Generic over the argument's bytes, so a command of strings is encoded from their UTF-8
+    /// storage with no byte array per argument.
+    static func encode<Argument: Collection<UInt8>>(_ arguments: [Argument]) -> [UInt8] {
         var size = 3 + decimalLength(arguments.count)
         for argument in arguments { size += 5 + decimalLength(argument.count) + argument.count }
         var out: [UInt8] = []

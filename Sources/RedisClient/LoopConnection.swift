@@ -57,6 +57,31 @@ extension RedisClient {
     ///   `Sendable`.
     public func send(bytes arguments: [[UInt8]], on loop: EventLoop,
                      completion: @escaping (Result<RedisReply, RedisError>) -> Void) {
+        guard !arguments.isEmpty else {
+            completion(.failure(RedisError(kind: .protocolError, detail: "empty command")))
+            return
+        }
+        send(encoded: Hiredis.encode(arguments), slot: loopState.topology == nil ? nil : ClusterSlot.of(command: arguments), on: loop,
+             completion: completion)
+    }
+
+    /// ``send(bytes:on:completion:)`` with UTF-8 arguments, e.g. `["GET", key]`: encoded from the
+    /// strings' own storage, with no byte array per argument.
+    public func send(_ arguments: [String], on loop: EventLoop,
+                     completion: @escaping (Result<RedisReply, RedisError>) -> Void) {
+        let views = arguments.map(\.utf8)
+        guard !views.isEmpty else {
+            completion(.failure(RedisError(kind: .protocolError, detail: "empty command")))
+            return
+        }
+        send(encoded: Hiredis.encode(views), slot: loopState.topology == nil ? nil : ClusterSlot.of(command: views), on: loop,
+             completion: completion)
+    }
+
+    /// Hands one encoded command to `loop`'s connection, or for a cluster to its router (which
+    /// sends it to `slot`'s master). Call on `loop`.
+    private func send(encoded command: [UInt8], slot: Int?, on loop: EventLoop,
+                      completion: @escaping (Result<RedisReply, RedisError>) -> Void) {
         precondition(loop.isCurrent, "RedisClient.send(on:) called off the loop's thread")
         let state = loopState
         guard !state.isClosed else {
@@ -67,17 +92,13 @@ extension RedisClient {
             completion(.failure(RedisError(kind: .closed, detail: "event loop stopped")))
             return
         }
-        guard !arguments.isEmpty else {
-            completion(.failure(RedisError(kind: .protocolError, detail: "empty command")))
-            return
-        }
         if let topology = state.topology {
             let router = loop.attachment(for: ObjectIdentifier(state)) { () -> ClusterRouter in
                 let made = ClusterRouter(loop: loop, state: state, topology: topology)
                 loop.add(made)
                 return made
             }
-            router.send(arguments, completion: completion)
+            router.send(encoded: command, slot: slot, completion: completion)
             return
         }
         let connection = loop.attachment(for: ObjectIdentifier(state)) { () -> LoopConnection in
@@ -85,7 +106,7 @@ extension RedisClient {
             loop.add(made)
             return made
         }
-        connection.send(arguments, completion: completion)
+        connection.send(encoded: command, completion: completion)
     }
 
     /// Sends one command where the caller says: over `loop`'s own connection (as
@@ -96,26 +117,26 @@ extension RedisClient {
     /// - Throws: `RedisError` when no reply was obtained; `.closed` when `loop` is stopping.
     public func send(bytes arguments: [[UInt8]], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
         guard let loop else { return try await send(bytes: arguments) }
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
-            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+        return try await reply(on: loop) { [self] completion in send(bytes: arguments, on: loop, completion: completion) }.get()
+    }
+
+    /// ``send(bytes:on:)`` with UTF-8 arguments, encoded from the strings' own storage on a loop.
+    public func send(_ arguments: [String], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
+        guard let loop else { return try await send(arguments) }
+        return try await reply(on: loop) { [self] completion in send(arguments, on: loop, completion: completion) }.get()
+    }
+
+    /// Runs `start` on `loop`'s thread (right here when the task runs there: the hop's closure is
+    /// made only for a hop) and waits for the reply it completes with.
+    private func reply(on loop: EventLoop,
+                       _ start: @escaping @Sendable (@escaping (Result<RedisReply, RedisError>) -> Void) -> Void) async -> Result<RedisReply, RedisError> {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Result<RedisReply, RedisError>, Never>) in
             if loop.isCurrent {
-                send(bytes: arguments, on: loop) { continuation.resume(returning: $0) }
-            } else if !loop.execute({ [self] in send(bytes: arguments, on: loop) { continuation.resume(returning: $0) } }) {
+                start { continuation.resume(returning: $0) }
+            } else if !loop.execute({ start { continuation.resume(returning: $0) } }) {
                 continuation.resume(returning: .failure(RedisError(kind: .closed, detail: "event loop stopped")))
             }
         }
-        return try result.get()
-    }
-
-    /// ``send(bytes:on:)`` with UTF-8 arguments.
-    public func send(_ arguments: [String], on loop: EventLoop?) async throws(RedisError) -> RedisReply {
-        try await send(bytes: arguments.map { Array($0.utf8) }, on: loop)
-    }
-
-    /// ``send(bytes:on:completion:)`` with UTF-8 arguments, e.g. `["GET", key]`.
-    public func send(_ arguments: [String], on loop: EventLoop,
-                     completion: @escaping (Result<RedisReply, RedisError>) -> Void) {
-        send(bytes: arguments.map { Array($0.utf8) }, on: loop, completion: completion)
     }
 }
 
@@ -221,7 +242,8 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
 
     private static func nanos(millis: Int) -> UInt64 { UInt64(max(0, millis)) * 1_000_000 }
 
-    func send(_ arguments: [[UInt8]], completion: @escaping Completion) {
+    /// Queues one command, already encoded in RESP (``Hiredis/encode(_:)``), for this turn's write.
+    func send(encoded command: [UInt8], completion: @escaping Completion) {
         loop.assertOnLoop("LoopConnection")
         if downUntil != 0 {
             if EventLoop.now() < downUntil {
@@ -231,7 +253,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
             downUntil = 0
         }
         if context == nil, deferredFailure == nil { open() }
-        if let context, deferredFailure == nil, !context.append(arguments) {
+        if let context, deferredFailure == nil, !context.append(encoded: command) {
             deferredFailure = RedisError(kind: .unavailable, detail: "\(target): cannot buffer command")
         }
         pending.append(Pending(completion: completion, sentAt: 0))

@@ -61,6 +61,11 @@ final class NonBlockingHiredisContext {
         Hiredis.append(arguments, to: context)
     }
 
+    /// Adds one command already encoded in RESP; nothing is written to the socket yet.
+    func append(encoded command: [UInt8]) -> Bool {
+        Hiredis.append(encoded: command, to: context)
+    }
+
     /// Writes as much of the output buffer as the socket takes in one `write` (`redisBufferWrite`).
     /// - Returns: `true` when the buffer is now empty; `false` when the socket is full (wait until
     ///   it is writable again).

@@ -17,6 +17,8 @@ final class Inventory: Sendable {
     /// `touchMemory`, which at worst costs one write per installation.
     private let touched = Mutex<[String: UInt64]>([:])
     private static let touchMemory = 200_000
+    /// Each app's inventory keys, hashed once (a policy names a handful of apps).
+    private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
     init(store: any InventoryStore, sealer: StoreSealer = .none,
          clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) }) {
@@ -46,7 +48,7 @@ final class Inventory: Sendable {
         ])).encodedString()
         return try await store.record(InventoryWrite(
             contact: ContactKeys(app: app, contactID: contactID), token: TokenKeys(app: app, pushToken: installation.pushToken),
-            app: AppInventoryKeys(app: app), sealed: sealer.seal(payload), platform: installation.platform.rawValue,
+            app: keys(of: app), sealed: sealer.seal(payload), platform: installation.platform.rawValue,
             pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()), on: loop)
     }
 
@@ -102,7 +104,16 @@ final class Inventory: Sendable {
     /// `expected` when given (an erasure must not drop a record a registration just rewrote).
     func forget(_ token: TokenKeys, contact: ContactKeys, app: String, ifStill expected: String? = nil,
                 on loop: EventLoop?) async throws(StoreError) -> Bool {
-        try await store.remove(token, of: contact, app: AppInventoryKeys(app: app), ifStill: expected, on: loop)
+        try await store.remove(token, of: contact, app: keys(of: app), ifStill: expected, on: loop)
+    }
+
+    private func keys(of app: String) -> AppInventoryKeys {
+        appKeys.withLock { known in
+            if let keys = known[app] { return keys }
+            let keys = AppInventoryKeys(app: app)
+            known[app] = keys
+            return keys
+        }
     }
 
     private func open(_ stored: StoredInstallation) -> Kept {

@@ -57,19 +57,28 @@ final class RedisInventoryStore: InventoryStore {
         return 1
         """)
 
+    /// The holder's `SET … GET`, the record's merge script and the last-seen `ZADD`: three hash
+    /// tags, so three commands (on a cluster, up to three masters), sent in one batch.
     func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
         let now = String(write.nowMillis)
-        async let owner = result { [store] () async throws(StoreError) in try await store.send(["SET", write.token.owner, write.contact.digest, "GET"], on: loop) }
-        async let record = result { [store] () async throws(StoreError) in
-            try await store.evaluate(Self.recordScript, keys: [write.contact.inventory],
-                                     arguments: [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now],
-                                     on: loop)
+        let recordKeys = [write.contact.inventory]
+        let recordArguments = [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
+        let replies = await store.sendAll([
+            ["SET", write.token.owner, write.contact.digest, "GET"],
+            ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
+            ["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)],
+        ], on: loop)
+        let ownerReply = try replies[0].get()
+        let recordReply: RedisReply
+        switch replies[1] {
+        case .success(let reply): recordReply = reply
+        case .failure(let error) where error.kind == .missingScript:
+            // This Redis has not seen the script (a restart, SCRIPT FLUSH): sent whole, once.
+            recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
+        case .failure(let error): throw error
         }
-        async let seen = result { [store] () async throws(StoreError) in
-            try await store.send(["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)], on: loop)
-        }
-        let (ownerReply, recordReply, _) = (try await owner.get(), try await record.get(), try await seen.get())
+        _ = try replies[2].get()
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
               case .integer(let count) = counts[1] else { throw StoreError(.unexpectedReply, "unexpected inventory reply") }
         let previous = ownerReply.string.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
@@ -124,10 +133,5 @@ final class RedisInventoryStore: InventoryStore {
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
         let reply = try await store.evaluate(Self.leaseScript, keys: [key], arguments: [owner, String(max(ttlMillis, 1))], on: nil)
         return reply == .integer(1)
-    }
-
-    /// A throwing call's outcome as a value, so that `async let` can start several at once.
-    private func result(_ body: @Sendable () async throws(StoreError) -> RedisReply) async -> Result<RedisReply, StoreError> {
-        do { return .success(try await body()) } catch { return .failure(error) }
     }
 }

@@ -138,36 +138,42 @@ public final class RedisStore: DedupeStore {
     /// Two commands in one round trip on a loop's connection (both leave in the turn's write);
     /// one after the other through the pool with no loop.
     private func sendPair(_ first: [String], _ second: [String], on loop: EventLoop?) async throws(StoreError) -> (RedisReply, RedisReply) {
-        guard let loop else {
-            return (try await send(first, on: nil), try await send(second, on: nil))
-        }
-        let (a, b) = await withCheckedContinuation { (continuation: PairContinuation) in
-            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
-            if loop.isCurrent {
-                startPair(first, second, on: loop, continuation)
-            } else if !loop.execute({ [self] in startPair(first, second, on: loop, continuation) }) {
-                let stopped = Result<RedisReply, RedisError>.failure(RedisError(kind: .closed, detail: "event loop stopped"))
-                continuation.resume(returning: (stopped, stopped))
-            }
-        }
-        return (try Self.reply(a), try Self.reply(b))
+        let replies = await sendAll([first, second], on: loop)
+        return (try replies[0].get(), try replies[1].get())
     }
 
-    private typealias PairContinuation = CheckedContinuation<(Result<RedisReply, RedisError>, Result<RedisReply, RedisError>), Never>
-
-    /// Sends both commands on `loop`'s connection; call on `loop`.
-    private func startPair(_ first: [String], _ second: [String], on loop: EventLoop, _ continuation: PairContinuation) {
-        // Both completions run on this loop. On one connection they come in order, but on a
-        // cluster a redirected command (MOVED, ASK, TRYAGAIN) completes later than the next one.
-        var firstResult: Result<RedisReply, RedisError>?
-        var secondResult: Result<RedisReply, RedisError>?
-        client.send(bytes: first.map { Array($0.utf8) }, on: loop) { result in
-            firstResult = result
-            if let secondResult { continuation.resume(returning: (result, secondResult)) }
+    /// Several commands in one round trip on a loop's connection (all leave in the turn's
+    /// write), with no task per command; one after the other through the pool with no loop.
+    /// Each command's reply or failure (an error reply included), in the commands' order.
+    func sendAll(_ commands: [[String]], on loop: EventLoop?) async -> [Result<RedisReply, StoreError>] {
+        guard !commands.isEmpty else { return [] }
+        guard let loop else {
+            var results: [Result<RedisReply, StoreError>] = []
+            results.reserveCapacity(commands.count)
+            for command in commands {
+                do { results.append(.success(try await send(command, on: nil))) } catch { results.append(.failure(error)) }
+            }
+            return results
         }
-        client.send(bytes: second.map { Array($0.utf8) }, on: loop) { result in
-            secondResult = result
-            if let firstResult { continuation.resume(returning: (firstResult, result)) }
+        let raw = await withCheckedContinuation { (continuation: BatchContinuation) in
+            // On the loop (the hot path) without a job: the hop's closure is made only for a hop.
+            if loop.isCurrent {
+                startAll(commands, on: loop, continuation)
+            } else if !loop.execute({ [self] in startAll(commands, on: loop, continuation) }) {
+                let stopped = Result<RedisReply, RedisError>.failure(RedisError(kind: .closed, detail: "event loop stopped"))
+                continuation.resume(returning: Array(repeating: stopped, count: commands.count))
+            }
+        }
+        return raw.map { result in Result { () throws(StoreError) in try Self.reply(result) } }
+    }
+
+    private typealias BatchContinuation = CheckedContinuation<[Result<RedisReply, RedisError>], Never>
+
+    /// Sends every command on `loop`'s connection; call on `loop`.
+    private func startAll(_ commands: [[String]], on loop: EventLoop, _ continuation: BatchContinuation) {
+        let batch = ReplyBatch(count: commands.count, loop: loop, continuation: continuation)
+        for (index, command) in commands.enumerated() {
+            client.send(command, on: loop) { result in batch.deliver(index, result) }
         }
     }
 
@@ -209,5 +215,30 @@ struct LuaScript: Sendable {
     init(_ source: String) {
         self.source = source
         self.sha1 = SHA1.hexHash(Array(source.utf8))
+    }
+}
+
+/// The replies of one batch of commands on one loop, collected until the last arrives. On one
+/// connection they arrive in order, but on a cluster the commands go to several masters, and a
+/// redirected one (MOVED, ASK, TRYAGAIN) completes later than those after it. Loop-confined.
+private final class ReplyBatch {
+    private var replies: [Result<RedisReply, RedisError>?]
+    private var outstanding: Int
+    private let continuation: CheckedContinuation<[Result<RedisReply, RedisError>], Never>
+    /// For the checks only; the loop outlives every batch sent on it.
+    private unowned(unsafe) let loop: EventLoop
+
+    init(count: Int, loop: EventLoop, continuation: CheckedContinuation<[Result<RedisReply, RedisError>], Never>) {
+        replies = Array(repeating: nil, count: count)
+        outstanding = count
+        self.loop = loop
+        self.continuation = continuation
+    }
+
+    func deliver(_ index: Int, _ result: Result<RedisReply, RedisError>) {
+        loop.assertOnLoop("ReplyBatch")
+        replies[index] = result
+        outstanding -= 1
+        if outstanding == 0 { continuation.resume(returning: replies.map { $0! }) }
     }
 }

@@ -9,11 +9,15 @@ import PWCrypto
 /// one node. Keys of the `pw:v1:` layout (before the tags) are not read: a registration kept there
 /// is simply forwarded once more.
 public struct RegistrationKeys: Sendable, Equatable {
+    /// `pw:v2:{<digest>}:`, the prefix of every key below.
+    private let tag: String
+    /// Made with the keys: every registration looks at it; the others are spelled out only by
+    /// the steps that need them (a dedupe hit builds no other key).
     public let entry: String
-    public let lock: String
-    public let identity: String
+    public var lock: String { tag + "lock" }
+    public var identity: String { tag + "id" }
     /// The fingerprint of a registration waiting in the outbox: a duplicate is not queued again.
-    public let queued: String
+    public var queued: String { tag + "q" }
 
     public init(app: String, upstream: String, pushToken: String) {
         var material = Array(app.utf8)
@@ -22,11 +26,8 @@ public struct RegistrationKeys: Sendable, Equatable {
         material.append(contentsOf: upstream.utf8)
         material.append(0)
         material.append(contentsOf: pushToken.utf8)
-        let tag = "pw:v2:{" + SHA256.hexHash(material) + "}:"
+        tag = "pw:v2:{" + SHA256.hexHash(material) + "}:"
         entry = tag + "reg"
-        lock = tag + "lock"
-        identity = tag + "id"
-        queued = tag + "q"
     }
 }
 
