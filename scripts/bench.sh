@@ -23,6 +23,10 @@ PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. 
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
 PW_BASELINE=${PW_BASELINE:-}
+# The baseline's policy: policy-base (app bench only, for builds before the outbox and introspect),
+# or policy (the same as this build's: BASE_POLICY=policy with PW_BASELINE=<this binary> measures
+# how far two identical processes differ, the noise floor of a this/base ratio).
+BASE_POLICY=${BASE_POLICY:-policy-base}
 PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden during P1 and P2 (bench-out/perf-*.data)
 # What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
@@ -145,7 +149,7 @@ while True:
 fi
 base_pid=0
 if [[ -n $PW_BASELINE ]]; then
-  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/policy-base.yaml" \
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$PW_BASELINE" serve --policy "$work/$BASE_POLICY.yaml" \
     --listen "127.0.0.1:$base_port" --admin "127.0.0.1:$base_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
     2>"$work/baseline.log" &
   base_pid=$!
