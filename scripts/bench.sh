@@ -32,6 +32,12 @@ PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden dur
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
 PERF_EVENT=${PERF_EVENT:-cpu-clock}
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
+# ROUNDS=N: after each run's rows, N rounds of short rows (ROUND_DURATION) of this build against
+# the baseline and the cluster sidecar, alternating which goes first, for P1 and P2: the table then
+# gives the median this/other ratio, its spread and the CPU per request of each (see BENCHMARKS.md:
+# a single side-by-side row differs by up to 20% between two identical processes here).
+ROUNDS=${ROUNDS:-0}
+ROUND_DURATION=${ROUND_DURATION:-5s}
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
 results="$work/results-1.txt"
@@ -287,6 +293,34 @@ if want forwarded; then
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_forwarded "http://127.0.0.1:$base_port" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=b$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench
   # Not a bar: our HTTP server forwarding each body with our upstream client and nothing else.
   LUA=scripts/bench/forward.lua run floor_forward "http://127.0.0.1:$floor_port/forward" "$FORWARD_CONNECTIONS" "$DURATION"
+fi
+# Interleaved rounds: this build against each other PushWarden (baseline, cluster), short rows
+# alternating which goes first, so that drift over the run and the first-started process's edge
+# fall on both sides.
+# interleave KIND CONNECTIONS MODE OTHER_NAME OTHER_PORT
+interleave() {
+  local kind=$1 conns=$2 mode=$3 other=$4 other_port=$5 round side port
+  for round in $(seq 1 "$ROUNDS"); do
+    local order=("this" "other")
+    (( round % 2 == 0 )) && order=("other" "this")
+    for side in "${order[@]}"; do
+      port=$pw_port
+      [[ $side == other ]] && port=$other_port
+      # Named (and, for forwards, tokens drawn) per comparison: no row repeats another's tokens.
+      LUA=$register_lua run "ab_${kind}_${other}_${side}_${run_number}_$round" "http://127.0.0.1:$port" "$conns" "$ROUND_DURATION" \
+        MODE="$mode" RUN_ID="a$$-$kind-$other-$side-$run_number-$round" SESSIONS="$work/sessions-hs256.txt" APP=bench
+    done
+  done
+}
+if (( ROUNDS > 0 )); then
+  fact rounds "$ROUNDS"
+  for other in base cluster; do
+    other_port=$base_port
+    [[ $other == cluster ]] && { want cluster || continue; other_port=$cluster_port; }
+    [[ $other == base && -z $PW_BASELINE ]] && continue
+    want hit && interleave hit "$HIT_CONNECTIONS" hit "$other" "$other_port"
+    want forwarded && interleave fwd "$FORWARD_CONNECTIONS" miss "$other" "$other_port"
+  done
 fi
 # Erasure: contacts with 20 installations each (registered at the LATENCY_MS mock), each erased on
 # the admin listener; every unregister waits LATENCY_MS, so the bar is parallelism.

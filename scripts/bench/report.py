@@ -69,6 +69,38 @@ if "cluster_forwarded" in rows:
     scenario("cluster_forwarded", "P2 forwarded on Redis Cluster", facts.get("fwd_conns"), f"{rps('pw_forwarded'):.0f} (P2)",
              ">= 0.90x P2", f"{c2:.2f}x", c2 >= 0.9)
 # PW_BASELINE: an earlier build beside this one, same run (info rows: this build / baseline).
+# Interleaved rounds (ROUNDS=N): this build against the baseline and the cluster sidecar.
+process_of = {"pw": "pushwarden", "base": "baseline", "cluster": "cluster-pw"}
+def cpu_us_per_request(name, side):
+    cores = dict(x.split("=") for x in facts.get(f"cpu_{name}", "").split()).get(process_of[side])
+    return float(cores) * 1e6 / rps(name) if cores and rps(name) else 0.0
+interleaved = []
+for other in ("base", "cluster"):
+    for kind, label in (("hit", "P1 hit"), ("fwd", "P2 forwarded")):
+        pairs = []
+        for n in rows:
+            if n.startswith(f"ab_{kind}_{other}_this_"):
+                twin = n.replace("_this_", "_other_", 1)
+                if twin in rows and rps(twin):
+                    pairs.append((n, twin))
+        if not pairs:
+            continue
+        # The cluster's bar is the cluster sidecar against this one (single Redis); a baseline's, this against it.
+        if other == "cluster":
+            ratios = sorted(ratio(rps(b), rps(a)) for a, b in pairs)
+            shown = "cluster/this"
+        else:
+            ratios = sorted(ratio(rps(a), rps(b)) for a, b in pairs)
+            shown = f"this/{other}"
+        median = ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        def mean_cpu(values):
+            measured = [v for v in values if v > 0]
+            return sum(measured) / len(measured) if measured else 0.0
+        cpu_this = mean_cpu(cpu_us_per_request(a, "pw") for a, _ in pairs)
+        cpu_other = mean_cpu(cpu_us_per_request(b, other) for _, b in pairs)
+        failed = sum(rows[a]["non2xx"] + rows[a]["errors"] + rows[b]["non2xx"] + rows[b]["errors"] for a, b in pairs)
+        interleaved.append(f"  {label}, {shown}: median {median:.2f} (min {ratios[0]:.2f}, max {ratios[-1]:.2f}, "
+                           f"{len(pairs)} rounds); CPU per request {cpu_this:.0f} us this, {cpu_other:.0f} us {other}; failed {failed}")
 if "base_hit_hs256" in rows:
     scenario("base_hit_hs256", "baseline P1 hit HS256 (info)", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", "-",
              f"{ratio(rps('base_hit_hs256'), rps('nginx_static')):.2f}x; this/base {ratio(rps('pw_hit_hs256'), rps('base_hit_hs256')):.2f}", True)
@@ -106,6 +138,11 @@ widths = [max(len(str(row[i])) for row in table + [header]) for i in range(len(h
 print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
 for row in table:
     print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+if interleaved:
+    print()
+    print(f"Interleaved rounds ({facts.get('rounds', '?')} per comparison, rows alternating which goes first):")
+    for line in interleaved:
+        print(line)
 
 def mib(key):
     return float(facts.get(key, "0") or 0) / 1024
@@ -119,7 +156,7 @@ if end:
     print(f"P3 memory: {facts.get('soak_seconds')}s at P1 load: RSS {start:.1f} -> {end:.1f} MiB "
           f"(samples {facts.get('rss_soak_samples_kib', '')} KiB): {'PASS' if flat else 'FAIL'} (flat: growth <= max(2 MiB, 5%))")
 print(f"pushwarden error log lines: {facts.get('error_lines', '?')}")
-cpu = [(k[len("cpu_"):], v) for k, v in facts.items() if k.startswith("cpu_") and not k.startswith("cpu_warmup")]
+cpu = [(k[len("cpu_"):], v) for k, v in facts.items() if k.startswith("cpu_") and not k.startswith(("cpu_warmup", "cpu_ab_"))]
 if cpu:
     print("CPU during each scenario, in cores of the machine's " + facts.get("nproc", "?") + " (processes using under 1%/s left out):")
     for name, value in cpu:
