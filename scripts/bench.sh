@@ -216,6 +216,11 @@ print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in
   fi
   echo "$name|${rps:-0}|${p50:-?}|${p99:-?}|$non2xx|$errors" >>"$results"
   echo "  $name: ${rps:-0} req/s, p99 ${p99:-?}, failed $((non2xx + errors))" >&2
+  # Which failures (connect, read, write, timeout; or the statuses): where to look next.
+  if (( non2xx + errors > 0 )); then
+    grep -E 'Socket errors|Non-2xx' "$out" | sed 's/^/    /' >&2 || true
+    mkdir -p bench-out && cp "$out" "bench-out/failed-$name.txt"
+  fi
 }
 # utime+stime ticks of each process taking part, as "name=ticks ..." (nginx: its workers).
 cpu_ticks() {

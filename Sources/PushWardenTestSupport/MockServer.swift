@@ -59,7 +59,10 @@ public final class MockServer: Sendable {
     ///   - record: keep every request (off for benchmarks).
     public init(host: String = "127.0.0.1", port: Int = 0, threads: Int = 2, latencyMillis: Int = 0, record: Bool = true) throws {
         exchange = Exchange(record: record)
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads, name: "mock-http"),
+        server = try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: threads,
+                                                                         // Every client of a mock shares 127.0.0.1: the bench's nginx,
+                                                                         // sidecars and floor keep 512 connections each to one mock.
+                                                                         perAddressConnectionLimit: 0, name: "mock-http"),
                                 handler: Handler(exchange: exchange, latencyMillis: latencyMillis))
     }
 
