@@ -27,6 +27,9 @@ PW_BASELINE=${PW_BASELINE:-}
 # or policy (the same as this build's: BASE_POLICY=policy with PW_BASELINE=<this binary> measures
 # how far two identical processes differ, the noise floor of a this/base ratio).
 BASE_POLICY=${BASE_POLICY:-policy-base}
+# PW_THIS=<binary>: serve that build as "this" too (with the baseline's policy), for a before/after of
+# two earlier commits side by side; only the hit and forwarded scenarios then make sense.
+PW_THIS=${PW_THIS:-}
 PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden during P1 and P2 (bench-out/perf-*.data)
 # What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
@@ -111,7 +114,9 @@ export BENCH_INTROSPECT_TOKEN=bench-introspect-token
 export BENCH_ADMIN_TOKEN
 BENCH_ADMIN_TOKEN=$(openssl rand -hex 32)
 
-BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
+this_policy=policy
+[[ -n $PW_THIS ]] && this_policy=$BASE_POLICY
+BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "${PW_THIS:-$bin/pushwarden}" serve --policy "$work/$this_policy.yaml" \
   --listen "127.0.0.1:$pw_port" --admin "127.0.0.1:$pw_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \
   2>"$work/pushwarden.log" &
 pw_pid=$!
