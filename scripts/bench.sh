@@ -123,13 +123,19 @@ pw_pid=$!
 pids+=($pw_pid)
 # `cluster`: three masters and three replicas of redis-server on loopback, and a second PushWarden
 # on them (redis+cluster://), measured for P1 and P2 beside the one on a single Redis.
+# CLUSTER_REPLICAS=0: three masters only. On this 2-core machine each replica replays every write
+# of its master on the cores the sidecar and wrk need (in production replicas run elsewhere); the
+# CPU lines show the masters' and the replicas' share either way.
+CLUSTER_REPLICAS=${CLUSTER_REPLICAS:-1}
 cluster_pid=0
+cluster_node_pids=()
+cluster_roles=()
 cluster_port=$(free_port); cluster_admin=$(free_port)
 if want cluster; then
   cluster_ports=()
   # The cluster bus listens 10,000 above each node's port: nodes need ports of 55535 or less,
   # with the bus port free too.
-  for _ in 1 2 3 4 5 6; do
+  for _ in $(seq 1 $(( 3 * (1 + CLUSTER_REPLICAS) ))); do
     cluster_ports+=("$(python3 -c 'import random, socket
 while True:
     p = random.randint(20000, 55000)
@@ -144,13 +150,15 @@ while True:
     redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --cluster-enabled yes --cluster-node-timeout 2000 \
       --cluster-config-file "$work/cluster-$p/nodes.conf" --dir "$work/cluster-$p" --daemonize no >"$work/cluster-$p/redis.log" 2>&1 &
     pids+=($!)
+    cluster_node_pids+=($!)
   done
   for p in "${cluster_ports[@]}"; do wait_port "$p"; done
-  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cluster_ports[@]}") --cluster-replicas 1 --cluster-yes >"$work/cluster-create.log" 2>&1
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cluster_ports[@]}") --cluster-replicas "$CLUSTER_REPLICAS" --cluster-yes >"$work/cluster-create.log" 2>&1
   for _ in $(seq 1 100); do
     redis-cli -p "${cluster_ports[0]}" cluster info | grep -q 'cluster_state:ok' && break
     sleep 0.1
   done
+  for p in "${cluster_ports[@]}"; do cluster_roles+=("$(redis-cli -p "$p" role | head -1)"); done
   seeds=$(printf '127.0.0.1:%s,' "${cluster_ports[@]:0:3}")
   BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
     --listen "127.0.0.1:$cluster_port" --admin "127.0.0.1:$cluster_admin" --redis "redis+cluster://${seeds%,}" --log-level warning $PW_FLAGS \
@@ -236,6 +244,13 @@ cpu_ticks() {
   done
   local workers=0
   for pid in $(pgrep -P "$nginx_pid"); do workers=$(( workers + $(ticks "$pid") )); done
+  # The cluster's nodes, masters and replicas apart (a node's role as `cluster create` made it).
+  local masters=0 replicas=0 index=0
+  for pid in "${cluster_node_pids[@]}"; do
+    if [[ ${cluster_roles[$index]} == master ]]; then masters=$(( masters + $(ticks "$pid") )); else replicas=$(( replicas + $(ticks "$pid") )); fi
+    index=$(( index + 1 ))
+  done
+  out+="cluster-masters=$masters cluster-replicas=$replicas "
   # The machine as a whole: idle, and stolen by the hypervisor (a noisy neighbour shows here).
   echo "${out}nginx=$workers $(awk '/^cpu / {print "idle=" $5 + $6, "steal=" $9}' /proc/stat)"
 }
