@@ -29,8 +29,10 @@ enum ClusterSlot {
             end = close
         }
         var crc: UInt16 = 0
-        for index in start..<end {
-            crc = (crc << 8) ^ table[Int(UInt8(truncatingIfNeeded: crc >> 8) ^ bytes[index])]
+        table.withUnsafeBufferPointer { table in
+            for index in start..<end {
+                crc = (crc << 8) ^ table[Int(UInt8(truncatingIfNeeded: crc >> 8) ^ bytes[index])]
+            }
         }
         return Int(crc) & (count - 1)
     }
@@ -95,7 +97,21 @@ enum ClusterSlot {
     }
 
     private static func keys(of name: some Collection<UInt8>) -> Keys {
-        // Most commands are short; compare case-insensitively without allocating.
+        // The commands requests send most (`GET`, `SET`, `HSET`, `ZADD`, `XADD`...) take their first
+        // argument as the key, and no command of another kind has the same first letter and
+        // length: those are answered before any name is compared.
+        guard let first = name.first else { return .first }
+        let letter = first >= 0x61 && first <= 0x7A ? first - 0x20 : first
+        switch (letter, name.count) {
+        // GET, SET; HSET, HGET, HDEL, HLEN; HSETNX; HGETALL, HINCRBY, HEXISTS; XADD, XACK, XDEL,
+        // XLEN; every Z... and L... command. (HELLO and HMSET, of five letters, go the long way.)
+        case (UInt8(ascii: "G"), 3), (UInt8(ascii: "S"), 3), (UInt8(ascii: "H"), 4), (UInt8(ascii: "H"), 6), (UInt8(ascii: "H"), 7),
+             (UInt8(ascii: "X"), 4), (UInt8(ascii: "Z"), _), (UInt8(ascii: "L"), _):
+            return .first
+        default:
+            break
+        }
+        // Compare case-insensitively without allocating.
         if matches(name, "EVALSHA") || matches(name, "EVAL") || matches(name, "FCALL") || matches(name, "EVALSHA_RO")
             || matches(name, "EVAL_RO") || matches(name, "FCALL_RO") { return .script }
         if matches(name, "DEL") || matches(name, "UNLINK") || matches(name, "EXISTS") || matches(name, "MGET")

@@ -29,6 +29,13 @@ import Testing
         #expect(slot("DEL", "{t}:a", "{t}:b") == tagged)
         #expect(slot("PING") == nil)
         #expect(slot("CLUSTER", "SLOTS") == nil)
+        // The short way (first letter and length) and the long way agree.
+        #expect(slot("HSET", "{t}:a", "f", "v") == tagged)
+        #expect(slot("zadd", "{t}:a", "1", "m") == tagged)
+        #expect(slot("XADD", "{t}:a", "*", "f", "v") == tagged)
+        #expect(slot("HELLO", "3") == nil)
+        #expect(slot("SCAN", "0") == nil)
+        #expect(slot("SUNION", "{t}:a", "{t}:b") == tagged)
     }
 
     @Test func clusterURLs() throws {
