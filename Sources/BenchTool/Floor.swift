@@ -3,6 +3,7 @@ import HTTPClient
 import HTTPServer
 import Loops
 import RedisClient
+import Synchronization
 
 /// `bench-tool floor --port P --redis URL [--upstream URL] [--threads N]`: the ceiling of PushWarden's hot path
 /// on this machine, for the benchmark's information rows. A server on our `HTTPServer` whose
@@ -11,6 +12,11 @@ import RedisClient
 /// - `GET /resume`: suspended, then answered on the loop's next turn (suspend/resume alone);
 /// - `GET /redis`: one `GET` on the loop's Redis connection, answered when Redis replies
 ///   (suspend/resume plus a Redis round trip, all on one thread);
+/// - `POST /accept`: the Redis writes a queued registration cannot do without, in one batch on the
+///   loop's connection, each under keys of its own (a counter): the queued mark (`SET … GET`), the
+///   outbox entry (`XADD`, an entry of the size PushWarden writes), and the inventory's record
+///   (`HSET`), holder (`SET … GET`) and last-seen index (`ZADD`); answered when the last reply is
+///   in. The ceiling of a queued accept, beside `/redis`, the ceiling of a hit;
 /// - `POST /forward`: the request body posted to `--upstream` with our `HTTPClient` (a task, as
 ///   in PushWarden), answered 202 once the upstream answered 2xx: a forward with no Redis, no
 ///   session check and no validation.
@@ -38,6 +44,23 @@ struct FloorHandler: HTTPHandler {
                     responder.respond(HTTPResponse(status: 503))
                 }
             }
+        case "/accept":
+            let n = String(Self.accepted.wrappingAdd(1, ordering: .relaxed).oldValue)
+            let commands: [[String]] = [
+                ["SET", "pw-floor:{q" + n + "}:q", Self.fingerprint, "EX", "60", "GET"],
+                ["XADD", "pw-floor:{outbox}:s" + String(n.utf8.last.map { $0 & 7 } ?? 0), "*", "e", Self.entry],
+                ["HSET", "pw-floor:{c" + n + "}:inv", Self.fingerprint, Self.record],
+                ["SET", "pw-floor:{t" + n + "}:owner", Self.fingerprint, "GET"],
+                ["ZADD", "pw-floor:{seen}", n, n + ":" + Self.fingerprint],
+            ]
+            let remaining = Remaining(commands.count)
+            for command in commands {
+                redis.send(command, on: loop) { result in
+                    if case .failure = result { remaining.failed = true }
+                    remaining.count -= 1
+                    if remaining.count == 0 { responder.respond(HTTPResponse(status: remaining.failed ? 503 : 202)) }
+                }
+            }
         case "/forward":
             let call = HTTPClientRequest(
                 method: "POST", url: upstream,
@@ -51,6 +74,19 @@ struct FloorHandler: HTTPHandler {
         default:
             responder.respond(HTTPResponse(status: 404))
         }
+    }
+
+    private static let accepted = Atomic<UInt64>(0)
+    private static let fingerprint = String(repeating: "f", count: 64)
+    /// About what PushWarden's outbox entry and inventory record hold for a bench registration.
+    private static let entry = String(repeating: "e", count: 320)
+    private static let record = String(repeating: "r", count: 240)
+
+    /// The replies one `/accept` still waits for (loop-confined: its completions run on the loop).
+    private final class Remaining: @unchecked Sendable {
+        var count: Int
+        var failed = false
+        init(_ count: Int) { self.count = count }
     }
 
 }

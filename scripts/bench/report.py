@@ -107,6 +107,8 @@ if "base_hit_hs256" in rows:
 if "base_forwarded" in rows:
     scenario("base_forwarded", "baseline P2 forwarded (info)", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", "-",
              f"{ratio(rps('base_forwarded'), rps('nginx_proxy')):.2f}x; this/base {ratio(rps('pw_forwarded'), rps('base_forwarded')):.2f}", True)
+if "floor_accept" in rows:
+    info("floor_accept", "floor: + a queued accept's Redis writes (info)", facts.get("hit_conns"), "floor_redis")
 if "pw_queued" in rows:
     q = ratio(rps("pw_queued"), rps("pw_hit_hs256"))
     scenario("pw_queued", "queued accept (new tokens)", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1)", ">= 0.80x P1",
