@@ -194,7 +194,7 @@ run() {
   # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
   local perf_target=
   case $name in
-    pw_hit_hs256|pw_forwarded) perf_target=$pw_pid ;;
+    pw_hit_hs256|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
     base_hit_hs256|base_forwarded) perf_target=$base_pid ;;
     cluster_hit_hs256|cluster_forwarded) perf_target=$cluster_pid ;;
   esac

@@ -64,6 +64,36 @@ import Testing
         await mock.stop()
     }
 
+    /// While a registration waits (the provider is down), the same one is answered `queued`
+    /// without a second entry; an unregister clears the waiting mark, so the same registration
+    /// after it is queued again, behind it. The mark names the token only by its hash.
+    @Test func aWaitingRegistrationIsQueuedOnceAndAnUnregisterClearsItsMark() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        for _ in 0..<400 { mock.enqueue(.init(status: 503)) }
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let token = Self.fcm()
+        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        let (shard, mark) = target.place(of: token)
+        func waiting() async throws -> Int {
+            guard case .integer(let n) = try await client.send(["XLEN", target.stream(shard)]) else { return -1 }
+            return Int(n)
+        }
+        let body = #"{"platform":"android","push_token":"\#(token)"}"#
+        for _ in 0..<3 { #expect(try await h.post("/installations", body).outcome("voyado") == "queued") }
+        #expect(try await waiting() == 1)
+        #expect(!mark.contains(token))
+        #expect(try await client.send(["EXISTS", mark]) == .integer(1))
+        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(try await waiting() == 2)
+        #expect(try await client.send(["EXISTS", mark]) == .integer(0))
+        #expect(try await h.post("/installations", body).outcome("voyado") == "queued")
+        #expect(try await waiting() == 3)
+        await h.stop()
+        await mock.stop()
+    }
+
     @Test func anOutageIsWaitedOutAndTheOrderOfOneTokenKept() async throws {
         let mock = try MockVoyado(apiKey: "vk")
         let h = try await Self.harness(Self.voyado(mock), key: "vk")

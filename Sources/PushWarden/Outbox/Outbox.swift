@@ -49,12 +49,14 @@ final class Outbox: Sendable {
     func takes(app: String, upstream: String) -> Bool { targets[Self.key(app, upstream)] != nil }
 
     /// Appends the delivery; once this returns, Redis holds it (the client may be told `queued`).
+    /// A registration whose fingerprint (`mark`) already waits is not appended again.
     /// - Parameter loop: the request's loop, whose own Redis connection carries it; nil off the loops.
-    func enqueue(_ entry: OutboxEntry, on loop: EventLoop?) async throws(StoreError) {
+    func enqueue(_ entry: OutboxEntry, mark: OutboxStreams.Mark, on loop: EventLoop?) async throws(StoreError) {
         guard let target = targets[Self.key(entry.app, entry.upstream)] else {
             throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
         }
-        try await streams.append(entry, to: target, on: loop)
-        signals[Self.key(entry.app, entry.upstream)]?.wake()
+        if try await streams.append(entry, to: target, mark: mark, on: loop) {
+            signals[Self.key(entry.app, entry.upstream)]?.wake()
+        }
     }
 }

@@ -27,6 +27,10 @@ struct OutboxEntry: Sendable, Equatable {
 
     static let version = 1
 
+    /// A registration's push token, whose waiting mark goes when the entry leaves the outbox;
+    /// nil for an unregister (which cleared the mark when it was queued).
+    var registeredToken: String? { operation == .register ? pushToken : nil }
+
     // MARK: Encoding
 
     /// The entry as one JSON object (the stream entry's `e` field), its push tokens and Web Push

@@ -9,8 +9,10 @@ import RedisClient
 /// dead-letter stream. Every key of one shard shares a hash tag, so each command and script
 /// names one slot on a Redis Cluster.
 ///
-/// Key layout: `pw:v2:{outbox:<app>:<upstream>:<shard>}:s` (the stream) and `…:lease`;
-/// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters).
+/// Key layout: `pw:v2:{outbox:<app>:<upstream>:<shard>}:s` (the stream), `…:lease`, and
+/// `…:q:<sha256(token)>` (the fingerprint of a registration of that token waiting in the shard);
+/// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters). The waiting mark shares the stream's
+/// tag, so checking it, appending and setting it are one script on one slot.
 ///
 /// Entries are written and read through `sealer`: with `store.encryption_key`, their push tokens
 /// and Web Push secrets are sealed (`OutboxEntry.encoded(sealer:)`).
@@ -43,11 +45,25 @@ struct OutboxStreams: Sendable {
         var dead: String { "pw:v2:{outbox:\(app):\(upstream):dead}:s" }
 
         /// The shard a token's deliveries go to: the first bytes of its hash.
-        func shard(of pushToken: String) -> Int {
+        func shard(of pushToken: String) -> Int { place(of: pushToken).shard }
+
+        /// The token's shard and the key of its waiting mark there, from one hash of the token.
+        func place(of pushToken: String) -> (shard: Int, mark: String) {
             let digest = SHA256.hash(Array(pushToken.utf8))
             let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
-            return Int(value % UInt32(shards))
+            let shard = Int(value % UInt32(shards))
+            return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + Hex.encode(digest))
         }
+    }
+
+    /// What an append does to the token's waiting mark.
+    enum Mark: Sendable, Equatable {
+        /// A registration: not appended when `fingerprint` already waits; else appended and
+        /// marked for `seconds`.
+        case waiting(fingerprint: String, seconds: Int)
+        /// An unregister or a replay: the mark is cleared, so a registration accepted after it
+        /// is queued behind it.
+        case cleared
     }
 
     /// A stream entry as read back: its id and its `e` field.
@@ -60,12 +76,21 @@ struct OutboxStreams: Sendable {
 
     // MARK: Writing
 
-    /// Appends `entry` to its shard's stream, over `loop`'s own connection when a request on that
-    /// loop queues it (nil: the pool). Returns once Redis acknowledged it.
-    func append(_ entry: OutboxEntry, to upstream: Upstream, on loop: EventLoop?) async throws(StoreError) {
-        let stream = upstream.stream(upstream.shard(of: entry.pushToken))
-        let reply = try await send(["XADD", stream, "*", "e", entry.encoded(sealer: sealer)], on: loop)
-        guard reply.string != nil else { throw StoreError(.unexpectedReply, "unexpected XADD reply") }
+    /// Appends `entry` to its shard's stream and sets or clears the token's waiting mark, in one
+    /// script, over `loop`'s own connection when a request on that loop queues it (nil: the pool).
+    /// Returns once Redis acknowledged it: true when appended, false when the same registration
+    /// already waited (nothing written).
+    @discardableResult
+    func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Bool {
+        let (shard, markKey) = upstream.place(of: entry.pushToken)
+        var arguments = [entry.encoded(sealer: sealer)]
+        if case .waiting(let fingerprint, let seconds) = mark { arguments += [fingerprint, String(max(1, seconds))] }
+        let reply = try await evaluate(Self.appendScript, keys: [upstream.stream(shard), markKey], arguments: arguments, on: loop)
+        switch reply {
+        case .integer(1): return true
+        case .integer(0): return false
+        default: throw StoreError(.unexpectedReply, "unexpected append reply")
+        }
     }
 
     // MARK: Reading
@@ -107,19 +132,25 @@ struct OutboxStreams: Sendable {
         return messages
     }
 
-    /// Done: acknowledged and deleted in one step, so the stream holds only what still waits.
-    func done(_ id: String, shard: Int, of upstream: Upstream) async throws(StoreError) {
-        _ = try await evaluate(Self.doneScript, key: upstream.stream(shard), arguments: [Self.group, id])
+    /// Done: acknowledged and deleted in one step, so the stream holds only what still waits; a
+    /// registration's waiting mark (`clearing` its token) goes in the same step, so the same
+    /// content is queued again when it comes back.
+    func done(_ id: String, shard: Int, of upstream: Upstream, clearing pushToken: String? = nil) async throws(StoreError) {
+        var keys = [upstream.stream(shard)]
+        if let pushToken { keys.append(upstream.place(of: pushToken).mark) }
+        _ = try await evaluate(Self.doneScript, keys: keys, arguments: [Self.group, id], on: nil)
     }
 
-    /// Moves an entry to the dead-letter stream with why, then removes it from its shard.
-    func deadLetter(_ message: Message, shard: Int, of upstream: Upstream, reason: String, status: Int?, code: String?) async throws(StoreError) {
+    /// Moves an entry to the dead-letter stream with why, then removes it from its shard (and
+    /// clears a registration's waiting mark).
+    func deadLetter(_ message: Message, shard: Int, of upstream: Upstream, reason: String, status: Int?, code: String?,
+                    clearing pushToken: String? = nil) async throws(StoreError) {
         var fields = ["XADD", upstream.dead, "*", "e", message.body ?? "", "reason", reason, "from", message.id,
                       "shards", String(upstream.shards)]
         if let status { fields += ["status", String(status)] }
         if let code { fields += ["code", code] }
         _ = try await send(fields)
-        try await done(message.id, shard: shard, of: upstream)
+        try await done(message.id, shard: shard, of: upstream, clearing: pushToken)
     }
 
     /// What waits in every shard, and the oldest entry's id time (ms since the epoch).
@@ -154,7 +185,7 @@ struct OutboxStreams: Sendable {
     func replay(_ message: Message, entry: OutboxEntry, of upstream: Upstream) async throws(StoreError) {
         var fresh = entry
         fresh.acceptedAtMillis = Int64(SystemClock.epochMillis())
-        try await append(fresh, to: upstream, on: nil)
+        try await append(fresh, to: upstream, mark: .cleared, on: nil)
         _ = try await send(["XDEL", upstream.dead, message.id])
     }
 
@@ -173,17 +204,36 @@ struct OutboxStreams: Sendable {
         """)
     private static let releaseScript = LuaScript(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    /// KEYS: the stream, the token's mark. ARGV: the entry, then (a registration) its fingerprint
+    /// and the mark's seconds. 0 when that fingerprint already waits; else appended, 1.
+    private static let appendScript = LuaScript("""
+        if ARGV[2] then
+          if redis.call('GET', KEYS[2]) == ARGV[2] then return 0 end
+          redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+          redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+        else
+          redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+          redis.call('DEL', KEYS[2])
+        end
+        return 1
+        """)
+    /// KEYS: the stream, and (a registration) the token's mark.
     private static let doneScript = LuaScript("""
         redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+        if KEYS[2] then redis.call('DEL', KEYS[2]) end
         return redis.call('XDEL', KEYS[1], ARGV[2])
         """)
 
     private func evaluate(_ script: LuaScript, key: String, arguments: [String]) async throws(StoreError) -> RedisReply {
-        let tail = ["1", key] + arguments
+        try await evaluate(script, keys: [key], arguments: arguments, on: nil)
+    }
+
+    private func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop?) async throws(StoreError) -> RedisReply {
+        let tail = [String(keys.count)] + keys + arguments
         do {
-            return try await send(["EVALSHA", script.sha1] + tail)
+            return try await send(["EVALSHA", script.sha1] + tail, on: loop)
         } catch where error.kind == .missingScript {
-            return try await send(["EVAL", script.source] + tail)
+            return try await send(["EVAL", script.source] + tail, on: loop)
         }
     }
 

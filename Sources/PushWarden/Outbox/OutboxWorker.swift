@@ -167,8 +167,8 @@ final class OutboxWorker: Sendable {
                     logger.bounded(.warning, "outbox delivery outlived max_age: dead-lettered", key: target.app + target.upstream, [
                         ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
                         ("operation", entry.operation.rawValue), ("request_id", entry.requestID)])
-                    try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil)
-                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil,
+                                                 clearing: entry.registeredToken)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     result.left += 1
                     continue
@@ -185,8 +185,7 @@ final class OutboxWorker: Sendable {
                 }
                 switch outcome {
                 case .forwarded, .unchanged, .skipped, .queued:
-                    try await streams.done(message.id, shard: shard, of: target)
-                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    try await streams.done(message.id, shard: shard, of: target, clearing: entry.registeredToken)
                     result.left += 1
                 case .failed(.unavailable(_, let retryAfter)):
                     result.retry = .some(retryAfter)
@@ -200,8 +199,8 @@ final class OutboxWorker: Sendable {
                     logger.bounded(.warning, "outbox delivery refused: dead-lettered", key: target.app + target.upstream, [
                         ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
                         ("operation", entry.operation.rawValue), ("code", failure.code.rawValue), ("request_id", entry.requestID)])
-                    try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code)
-                    if entry.operation == .register { await registrar.forgetQueued(entry.pushToken, app: target.app, upstream: target.upstream) }
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code,
+                                                 clearing: entry.registeredToken)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     result.left += 1
                 }

@@ -149,20 +149,21 @@ final class Registrar: Sendable {
             metrics.dedupeHit(app: origin.appID, upstream: caller.adapter.name)
             return .unchanged
         }
-        if (try? await store.get(keys.queued, on: origin.loop)) == fingerprint { return .queued }
         let entry = OutboxEntry(operation: .register, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
                                 requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()),
                                 pushToken: installation.pushToken, installation: installation)
-        guard await enqueue(entry, on: origin.loop) else { return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
-        try? await store.set(keys.queued, fingerprint, ttlSeconds: max(1, caller.policy.queue.maxAgeMillis / 1000), on: origin.loop)
+        let mark = OutboxStreams.Mark.waiting(fingerprint: fingerprint, seconds: caller.policy.queue.maxAgeMillis / 1000)
+        guard await enqueue(entry, mark: mark, on: origin.loop) else {
+            return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1))
+        }
         return .queued
     }
 
     /// Appends to the outbox; false (logged) when there is none or Redis did not take it.
-    private func enqueue(_ entry: OutboxEntry, on loop: EventLoop?) async -> Bool {
+    private func enqueue(_ entry: OutboxEntry, mark: OutboxStreams.Mark, on loop: EventLoop?) async -> Bool {
         guard let outbox else { return false }
         do {
-            try await outbox.enqueue(entry, on: loop)
+            try await outbox.enqueue(entry, mark: mark, on: loop)
             return true
         } catch {
             logger.bounded(.warning, "outbox unavailable; delivery not queued", key: entry.app + entry.upstream, [
@@ -170,12 +171,6 @@ final class Registrar: Sendable {
             ])
             return false
         }
-    }
-
-    /// A queued registration left the outbox (delivered or dead-lettered): a new one of the same
-    /// content is queued again. The outbox worker's: off the loops.
-    func forgetQueued(_ pushToken: String, app: String, upstream: String) async {
-        try? await deduper.store.delete(RegistrationKeys(app: app, upstream: upstream, pushToken: pushToken).queued, on: nil)
     }
 
     /// What a rotation needs to retire the previous token at an upstream that took the new one.
@@ -368,11 +363,10 @@ final class Registrar: Sendable {
                                    after failure: UpstreamOutcome? = nil) async -> UpstreamOutcome {
         let keys = RegistrationKeys(app: origin.appID, upstream: caller.adapter.name, pushToken: pushToken)
         await deduper.forget(keys: keys, app: origin.appID, on: origin.loop)
-        try? await deduper.store.delete(keys.queued, on: origin.loop)
         let entry = OutboxEntry(operation: .unregister, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
                                 requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()), pushToken: pushToken,
                                 installation: nil)
-        guard await enqueue(entry, on: origin.loop) else { return failure ?? .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
+        guard await enqueue(entry, mark: .cleared, on: origin.loop) else { return failure ?? .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)) }
         return .queued
     }
 

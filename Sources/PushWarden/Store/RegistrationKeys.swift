@@ -16,8 +16,6 @@ public struct RegistrationKeys: Sendable, Equatable {
     public let entry: String
     public var lock: String { tag + "lock" }
     public var identity: String { tag + "id" }
-    /// The fingerprint of a registration waiting in the outbox: a duplicate is not queued again.
-    public var queued: String { tag + "q" }
 
     public init(app: String, upstream: String, pushToken: String) {
         var material = Array(app.utf8)
