@@ -384,7 +384,10 @@ drain() {  # drain NAME: starts the queued mock, waits for an empty outbox (at m
 if want queued; then
   # Not a bar: the Redis writes a queued accept cannot avoid, on our HTTP server and Redis client.
   LUA=scripts/bench/forward.lua run floor_accept "http://127.0.0.1:$floor_port/accept" "$HIT_CONNECTIONS" "$DURATION"
+  mkdir -p bench-out; redis-cli -p "$redis_port" CONFIG RESETSTAT >/dev/null
   LUA=$register_lua run pw_queued "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=q$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=benchq
+  # Which Redis commands the queued accepts (and the waiting worker) cost: where to look next.
+  redis-cli -p "$redis_port" INFO commandstats | grep '^cmdstat' | sort -t= -k2 -rn >bench-out/commandstats-queued.txt || true
   drain drain_1
   BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
     --listen "127.0.0.1:$pw2_port" --admin "127.0.0.1:$pw2_admin" --redis "redis://127.0.0.1:$redis_port" --log-level warning $PW_FLAGS \

@@ -13,7 +13,8 @@ import Synchronization
 /// (other tokens go on). An entry is acknowledged only once the upstream took it, refused it
 /// finally (dead-lettered with its answer), or it outlived `queue.max_age` (dead-lettered).
 ///
-/// Thread-safety: one task runs `run`; its state (retry times per token) is that task's own.
+/// Thread-safety: `run` runs one child task per shard; each shard's state (retry times per token)
+/// is that task's own.
 final class OutboxWorker: Sendable {
     let streams: OutboxStreams
     let target: OutboxStreams.Upstream
@@ -43,9 +44,37 @@ final class OutboxWorker: Sendable {
 
     /// Until the task is cancelled (shutdown): then in-flight deliveries finish, leases are given
     /// back, and what was read but not delivered stays pending for the next holder.
+    ///
+    /// Shards are independent (a token lives in one), so each runs its own loop: one shard's slow
+    /// batch does not hold back the others.
     func run() async {
+        guard await prepare() else { return }
+        await withTaskGroup(of: Void.self) { group in
+            for shard in 0..<target.shards {
+                group.addTask { [self] in await run(shard) }
+            }
+        }
+    }
+
+    /// Creates the shards' streams and group, retrying until Redis takes it; false if cancelled first.
+    private func prepare() async -> Bool {
+        while !Task.isCancelled {
+            do {
+                try await streams.prepare(target)
+                return true
+            } catch {
+                logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                    ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+                await signal.wait(upTo: 1000)
+            }
+        }
+        return false
+    }
+
+    /// One shard's loop: while its lease is held, read what waits and deliver it; then give the
+    /// lease back.
+    private func run(_ shard: Int) async {
         var retries = RetrySchedule()
-        var prepared = false
         var idle: UInt64 = 25
         while !Task.isCancelled {
             guard let app = app(), let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
@@ -58,47 +87,55 @@ final class OutboxWorker: Sendable {
                 await signal.wait(upTo: UInt64(max(1, wait)))
                 continue
             }
-            let queue = caller.policy.queue
-            if !prepared {
-                do {
-                    try await streams.prepare(target)
-                    prepared = true
-                } catch {
-                    logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
-                        ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
-                    await signal.wait(upTo: 1000)
-                    continue
-                }
-            }
-            var delivered = 0
-            for shard in 0..<target.shards where !Task.isCancelled {
-                do {
-                    guard try await streams.hold(shard, of: target, owner: consumer, millis: queue.claimAfterMillis) else { continue }
-                    let messages = try await streams.read(shard, of: target, consumer: consumer, count: batch,
-                                                          claimAfterMillis: queue.claimAfterMillis)
-                    delivered += await deliver(messages, shard: shard, app: app, caller: caller, retries: &retries)
-                } catch {
-                    logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
-                        ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
-                }
-            }
+            let pass = await pass(over: shard, app: app, caller: caller, claimAfterMillis: caller.policy.queue.claimAfterMillis,
+                                  retries: &retries)
             // Busy: go straight on. Idle: wait for this process's next enqueue, or a while
             // (other replicas' entries, retries coming due), longer the longer it stays idle.
-            if delivered > 0 {
+            if pass.left > 0 {
                 idle = 25
+            } else if pass.read > 0, pass.tried == 0, let due = retries.nextDueIn() {
+                // Everything read waits for its retry (an outage): no pass before the soonest is
+                // due (at most a second, for tokens queued meanwhile), however often this process
+                // enqueues; re-reading the same waiting batch on every enqueue only burns CPU.
+                try? await Task.sleep(for: .milliseconds(min(max(1, due), 1000)))
             } else {
                 await signal.wait(upTo: min(idle, retries.nextDueIn().map { max(1, $0) } ?? idle))
                 idle = min(idle * 2, 1000)
             }
         }
-        for shard in 0..<target.shards { await streams.release(shard, of: target, owner: consumer) }
+        await streams.release(shard, of: target, owner: consumer)
     }
 
-    /// Delivers one shard's batch: tokens concurrently, each token's entries in order. Returns how
-    /// many entries left the shard.
+    /// One shard's turn: its lease, what waits in it, and delivering that.
+    private func pass(over shard: Int, app: AppRuntime, caller: UpstreamCaller, claimAfterMillis: Int,
+                      retries: inout RetrySchedule) async -> Pass {
+        do {
+            guard try await streams.hold(shard, of: target, owner: consumer, millis: claimAfterMillis) else { return Pass() }
+            let messages = try await streams.read(shard, of: target, consumer: consumer, count: batch, claimAfterMillis: claimAfterMillis)
+            var pass = await deliver(messages, shard: shard, app: app, caller: caller, retries: &retries)
+            pass.read = messages.count
+            return pass
+        } catch {
+            logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+            return Pass()
+        }
+    }
+
+    /// What one turn of a shard did.
+    struct Pass {
+        /// Entries read.
+        var read = 0
+        /// Tokens whose next delivery was due and was tried.
+        var tried = 0
+        /// Entries that left their shard (delivered or dead-lettered).
+        var left = 0
+    }
+
+    /// Delivers one shard's batch: tokens concurrently, each token's entries in order.
     private func deliver(_ messages: [OutboxStreams.Message], shard: Int, app: AppRuntime, caller: UpstreamCaller,
-                         retries: inout RetrySchedule) async -> Int {
-        guard !messages.isEmpty else { return 0 }
+                         retries: inout RetrySchedule) async -> Pass {
+        guard !messages.isEmpty else { return Pass() }
         var byToken: [String: [(OutboxStreams.Message, Result<OutboxEntry, OutboxEntry.DecodingFailure>)]] = [:]
         var order: [String] = []
         for message in messages {
@@ -119,16 +156,16 @@ final class OutboxWorker: Sendable {
             for await result in group { all.append(result) }
             return all
         }
-        var left = 0
+        var pass = Pass(tried: due.count)
         for (token, result) in results {
-            left += result.left
+            pass.left += result.left
             if let failure = result.retry {
                 retries.failed(token, now: MonotonicClock.nowMillis(), policy: caller.policy.retry, retryAfterSeconds: failure)
             } else {
                 retries.succeeded(token)
             }
         }
-        return left
+        return pass
     }
 
     struct TokenResult: Sendable {
