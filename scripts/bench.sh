@@ -210,11 +210,7 @@ run() {
   sleep 1; local before; before=$(cpu_ticks "$wrk_pid")
   sleep "$window"; local after; after=$(cpu_ticks "$wrk_pid")
   wait "$wrk_pid" || true
-  fact "cpu_$name" "$(python3 -c 'import sys
-a = dict(x.split("=") for x in sys.argv[1].split())
-b = dict(x.split("=") for x in sys.argv[2].split())
-w = float(sys.argv[3])
-print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in a and int(b[k]) - int(a[k]) > w))' "$before" "$after" "$window")"
+  fact "cpu_$name" "$(cpu_used "$before" "$after" "$window")"
   local rps p50 p99 non2xx errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$out")
   p50=$(awk '$1=="50%" {print $2}' "$out")
@@ -236,6 +232,14 @@ print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in
   fi
 }
 # utime+stime ticks of each process taking part, as "name=ticks ..." (nginx: its workers).
+# cpu_used BEFORE AFTER SECONDS: cores each process used between two cpu_ticks readings.
+cpu_used() {
+  python3 -c 'import sys
+a = dict(x.split("=") for x in sys.argv[1].split())
+b = dict(x.split("=") for x in sys.argv[2].split())
+w = float(sys.argv[3])
+print(" ".join(f"{k}={(int(b[k]) - int(a[k])) / 100 / w:.2f}" for k in b if k in a and int(b[k]) - int(a[k]) > w))' "$1" "$2" "$3"
+}
 cpu_ticks() {
   local out="" name pid
   ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
@@ -370,12 +374,22 @@ drain() {  # drain NAME: starts the queued mock, waits for an empty outbox (at m
   local waiting started ended
   waiting=$(outbox_depth)
   "$bin/mock-upstream" --port "$queued_mock_port" --latency-ms "$LATENCY_MS" --key bench-key >"$work/mock-q.log" 2>&1 &
-  local qmock=$!
+  local qmock=$! perf_pid=
+  if [[ -n $PERF && $1 == drain_1 ]]; then
+    mkdir -p bench-out
+    perf record -q -e "$PERF_EVENT" -g -p "$pw_pid" -o "bench-out/perf-drain.data" -- sleep 5 >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   started=$(date +%s.%N)
+  local before; before=$(cpu_ticks "$qmock")
   local deadline=$((SECONDS + 180))
   while (( $(outbox_depth) > 0 )) && (( SECONDS < deadline )); do sleep 0.1; done
   ended=$(date +%s.%N)
+  local after; after=$(cpu_ticks "$qmock")
+  # Who used the cores while it drained (the queued mock shows as wrk=; a second replica is not counted).
+  fact "cpu_$1" "$(cpu_used "$before" "$after" "$(python3 -c "print($ended - $started)")")"
   kill "$qmock" 2>/dev/null; wait "$qmock" 2>/dev/null || true
+  [[ -n $perf_pid ]] && { wait "$perf_pid" 2>/dev/null || true; }
   fact "${1}_waiting" "$waiting"
   fact "${1}_left" "$(outbox_depth)"
   fact "${1}_seconds" "$(python3 -c "print(f'{$ended - $started:.2f}')")"

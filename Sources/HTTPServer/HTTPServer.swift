@@ -101,6 +101,10 @@ public final class HTTPServer: Sendable {
         lifecycle.withLock { $0 = .stopped }
     }
 
+    /// The server's event loops: work made for one of them (its Redis connection, its upstream
+    /// connections) runs on its thread, as a request's does.
+    public var eventLoops: [EventLoop] { loops.map(\.loop) }
+
     /// Requests between their request line and MHD's completion notice. For tests.
     var activeRequestCount: Int { core.activeRequests.load(ordering: .acquiring) }
 

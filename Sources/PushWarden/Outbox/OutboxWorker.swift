@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
@@ -28,9 +29,12 @@ final class OutboxWorker: Sendable {
     let signal: OutboxSignal
     /// How many entries one pass reads from a shard.
     let batch: Int
+    /// The event loops whose connections carry the deliveries (shard by shard, round robin), as
+    /// a sync request's ride its loop's; none: the clients' own threads.
+    let loops: [EventLoop]
 
     init(streams: OutboxStreams, target: OutboxStreams.Upstream, app: @escaping @Sendable () -> AppRuntime?, registrar: Registrar,
-         consumer: String, metrics: Metrics, logger: Logger, signal: OutboxSignal, batch: Int = 256) {
+         consumer: String, metrics: Metrics, logger: Logger, signal: OutboxSignal, loops: [EventLoop] = [], batch: Int = 256) {
         self.streams = streams
         self.target = target
         self.app = app
@@ -40,6 +44,7 @@ final class OutboxWorker: Sendable {
         self.logger = logger
         self.signal = signal
         self.batch = batch
+        self.loops = loops
     }
 
     /// Until the task is cancelled (shutdown): then in-flight deliveries finish, leases are given
@@ -211,7 +216,7 @@ final class OutboxWorker: Sendable {
                     continue
                 }
                 let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID,
-                                              loop: nil)
+                                              loop: loops.isEmpty ? nil : loops[shard % loops.count])
                 let outcome: UpstreamOutcome
                 switch entry.operation {
                 case .register:

@@ -1,5 +1,6 @@
 import HTTPClient
 import HTTPServer
+import Loops
 import PWCore
 import PWPolicy
 import RedisClient
@@ -231,9 +232,6 @@ public final class Sidecar: Sendable {
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
-        outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics,
-                                                     logger: outboxLogger) } ?? [])
-            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory"))]
         let threads = parts.loopCount
         do {
             clientServer = try HTTPServer(
@@ -258,6 +256,11 @@ public final class Sidecar: Sendable {
             builder.shutdown()
             throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
         }
+        // The workers deliver on the client listener's loops, as sync requests do.
+        let loops = clientServer.eventLoops
+        outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics, loops: loops,
+                                                     logger: outboxLogger) } ?? [])
+            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory"))]
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256) }
         var fields = [
@@ -338,7 +341,7 @@ public final class Sidecar: Sendable {
     /// One worker per upstream the outbox delivers for, and a sampler for its metrics. Workers
     /// look their app up in the running policy on every pass.
     private static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
-                                    logger: Logger) -> [Task<Void, Never>] {
+                                    loops: [EventLoop], logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
         let apps = handler.apps
         for target in outbox.watched {
@@ -346,7 +349,8 @@ public final class Sidecar: Sendable {
                 metrics.outboxWatched(app: target.app, upstream: target.upstream)
             }
             let worker = OutboxWorker(streams: outbox.streams, target: target, app: { handler.apps[target.app] }, registrar: registrar,
-                                      consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target))
+                                      consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target),
+                                      loops: loops)
             tasks.append(Task.detached { await worker.run() })
         }
         let streams = outbox.streams
@@ -371,15 +375,16 @@ public final class Sidecar: Sendable {
         return Task.detached { await sweeper.run() }
     }
 
-    /// Stops accepting, lets in-flight requests finish within the grace period, then stops the
-    /// outbox workers (in-flight deliveries finish; what they read and did not deliver stays
-    /// pending for another replica) and releases the upstream client and the store.
+    /// Stops the outbox workers claiming (in-flight deliveries finish, on loops that still run;
+    /// what they read and did not deliver stays pending for another replica), stops accepting,
+    /// lets in-flight requests finish within the grace period, and releases the upstream client
+    /// and the store.
     public func shutdown(gracePeriodSeconds: Double) async {
         logger.info("shutting down", [("grace_seconds", String(gracePeriodSeconds))])
         for app in handler.apps.values { app.jwks?.stop() }
+        for task in outboxTasks { task.cancel() }
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
-        for task in outboxTasks { task.cancel() }
         for task in outboxTasks { await task.value }
         httpClient?.shutdown()
         builder.shutdown()
