@@ -14,11 +14,12 @@ DURATION=${DURATION:-10s}              # each throughput scenario
 SOAK=${SOAK:-60s}                      # the memory-flatness run at P1 load
 LATENCY_MS=${LATENCY_MS:-50}           # the mock upstream's answer delay
 POOL=${POOL:-10000}                    # distinct sessions and push tokens
+REUSED_POOL=${REUSED_POOL:-40000}           # most ES256 sessions the sessions-reused row cycles through (each ~10 times)
 HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,introspect,forwarded,erase,queued,tail,memory}   # also: cluster
+SCENARIOS=${SCENARIOS:-hit,es256,reused,introspect,forwarded,erase,queued,tail,memory}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -102,14 +103,17 @@ pids+=($nginx_pid)
 
 secret=$(openssl rand -hex 32)
 "$bin/bench-tool" tokens --alg HS256 --count "$POOL" --secret "$secret" --out "$work/sessions-hs256.txt"
-"$bin/bench-tool" tokens --alg ES256 --count "$POOL" --jwks "$work/jwks.json" --out "$work/sessions-es256.txt"
+# One ES256 key: P1 ES256 takes the first POOL sessions; the sessions-reused row a tenth of P1
+# HS256's requests, up to REUSED_POOL.
+"$bin/bench-tool" tokens --alg ES256 --count "$(( POOL > REUSED_POOL ? POOL : REUSED_POOL ))" --jwks "$work/jwks.json" --out "$work/sessions-es256-all.txt"
+head -n "$POOL" "$work/sessions-es256-all.txt" >"$work/sessions-es256.txt"
 "$bin/bench-tool" tokens --alg opaque --count "$POOL" --out "$work/sessions-opaque.txt"
 
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" >"$work/policy-base.yaml"
 # Apps benchq (a queued upstream) and benchi (introspected sessions) only for this build: a
 # PW_BASELINE may predate the outbox and session type introspect.
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
-  --introspect-port "$introspect_port" --admin >"$work/policy.yaml"
+  --introspect-port "$introspect_port" --admin --reused >"$work/policy.yaml"
 export BENCH_INTROSPECT_TOKEN=bench-introspect-token
 export BENCH_ADMIN_TOKEN
 BENCH_ADMIN_TOKEN=$(openssl rand -hex 32)
@@ -194,7 +198,7 @@ run() {
   # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
   local perf_target=
   case $name in
-    pw_hit_hs256|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
+    pw_hit_hs256|pw_hit_es256|pw_hit_reused|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
     base_hit_hs256|base_forwarded) perf_target=$base_pid ;;
     cluster_hit_hs256|cluster_forwarded) perf_target=$cluster_pid ;;
   esac
@@ -279,6 +283,8 @@ want cluster && LUA=$register_lua run warmup_cluster "http://127.0.0.1:$cluster_
 # ~3% of the pool cold (306 misses measured in the first run).
 want introspect && LUA=$register_lua run warmup_introspect "http://127.0.0.1:$pw_port" 256 "$(( warm_seconds * 2 ))s" MODE=hit SESSIONS="$work/sessions-opaque.txt" APP=benchi
 want es256 && LUA=$register_lua run warmup_es256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
+# Up to REUSED_POOL sessions, each registered once (the same rule as warm_seconds).
+want reused && LUA=$register_lua run warmup_reused "http://127.0.0.1:$pw_port" 256 "$(( REUSED_POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))s" MODE=hit SESSIONS="$work/sessions-es256-all.txt" APP=benchr
 
 for run_number in $(seq 1 "$RUNS"); do
 results="$work/results-$run_number.txt"
@@ -314,6 +320,17 @@ if want es256; then
   verify=$(openssl speed -seconds 3 -multi "$(nproc)" ecdsap256 2>/dev/null | awk '/256 bits ecdsa/ {print $NF}')
   fact openssl_es256_verify "$verify"
   LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
+fi
+# Sessions reused: ES256 sessions, each sent 10 times over the run (a client that registers,
+# reports events and unregisters with one session), beside P1 HS256 of the same run. The pool is
+# cut to a tenth of the requests P1 HS256 made in as long, so at that rate each session comes
+# round 10 times; app benchr keeps accepted sessions (the default), benches verifies every time.
+if want reused; then
+  want hit || LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  reused_pool=$(awk -F'|' -v s="${DURATION%s}" -v pool="$REUSED_POOL" '$1=="pw_hit_hs256" {n = int($2 * s / 10); if (n < 1) n = 1; if (n > pool) n = pool; print n}' "$results")
+  head -n "$reused_pool" "$work/sessions-es256-all.txt" >"$work/sessions-reused.txt"
+  fact reused_pool "$reused_pool"
+  LUA=$register_lua run pw_hit_reused "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-reused.txt" APP=benchr
 fi
 if want forwarded; then
   LUA=$register_lua run nginx_proxy "http://127.0.0.1:$nginx_proxy" "$FORWARD_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=n$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=bench

@@ -12,12 +12,18 @@ enum BenchPolicy {
     /// (`mock-upstream --introspect-port`, credential from `BENCH_INTROSPECT_TOKEN`), cached for an
     /// hour so that a warmed cache stays warm, registering with the same upstream.
     /// With `admin`, the server-to-server API is on, its token from `BENCH_ADMIN_TOKEN` (the erase row).
+    /// With `reused` (and a JWKS file), app `benches` verifies every token on every request
+    /// (`verified_cache: 0`: its row measures verification, though the pool's tokens come round
+    /// again), and app `benchr`, the same ES256 sessions with accepted ones kept, is for the
+    /// sessions-reused row.
     static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil,
-                     admin: Bool = false) -> String {
+                     admin: Bool = false, reused: Bool = false) -> String {
         var text = "version: 1\napps:\n"
         text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
         if let jwksPath {
-            text += app("benches", session: "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n", mockPort: mockPort)
+            let es256 = "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n"
+            text += app("benches", session: es256 + (reused ? "      verified_cache: 0\n" : ""), mockPort: mockPort)
+            if reused { text += app("benchr", session: es256, mockPort: mockPort) }
         }
         if let introspectPort {
             text += app("benchi", type: "introspect", session: """

@@ -86,6 +86,18 @@ public enum SHA256 {
         }
     }
 
+    /// The digest as four words: a compact key for a table keyed by a secret's hash.
+    public struct Words: Hashable, Sendable {
+        public let w0, w1, w2, w3: UInt64
+    }
+
+    public static func words(_ input: UnsafeBufferPointer<UInt8>) -> Words {
+        withUnsafeTemporaryAllocation(of: UInt64.self, capacity: 4) { words in
+            sha256(input, into: UnsafeMutableRawPointer(words.baseAddress!).assumingMemoryBound(to: UInt8.self))
+            return Words(w0: words[0], w1: words[1], w2: words[2], w3: words[3])
+        }
+    }
+
     /// The digest as lowercase hex, e.g. for log-safe token fingerprints.
     public static func hexHash(_ bytes: some Collection<UInt8>) -> String {
         withContiguousBytes(bytes) { input in

@@ -225,9 +225,14 @@ public struct SessionPolicy: Sendable, Equatable {
     public var contactClaim: String
     /// Clock skew tolerated for `exp`, `nbf` and `iat`, in seconds.
     public var leewaySeconds: Int
+    /// How many accepted sessions are kept, so that the very token sent again is not verified
+    /// again before its `exp` (`verified_cache`; 0: every token is verified on every request).
+    public var verifiedCache: Int
+
+    public static let defaultVerifiedCache = 65_536
 
     public init(header: String?, cookie: String?, algorithms: [JWTAlgorithm], keys: Keys, issuer: String?,
-                audience: String?, contactClaim: String, leewaySeconds: Int) {
+                audience: String?, contactClaim: String, leewaySeconds: Int, verifiedCache: Int = SessionPolicy.defaultVerifiedCache) {
         self.header = header
         self.cookie = cookie
         self.algorithms = algorithms
@@ -236,6 +241,7 @@ public struct SessionPolicy: Sendable, Equatable {
         self.audience = audience
         self.contactClaim = contactClaim
         self.leewaySeconds = leewaySeconds
+        self.verifiedCache = verifiedCache
     }
 }
 

@@ -175,6 +175,11 @@ public enum PolicyExplainer {
         out.append("    - issuer (iss): " + (session.issuer.map { "must be \($0)" } ?? "not checked"))
         out.append("    - audience (aud): " + (session.audience.map { "must include \($0)" } ?? "not checked"))
         out.append("    - the contact is the claim '\(session.contactClaim)'; clock leeway \(Values.formatMillis(session.leewaySeconds * 1000))")
+        if session.verifiedCache > 0 {
+            out.append("    - up to \(session.verifiedCache) accepted sessions are kept by a hash of the token: the same token again is not verified again before its exp; a key refresh empties them")
+        } else {
+            out.append("    - every token is verified on every request (verified_cache: 0)")
+        }
         return out
     }
 

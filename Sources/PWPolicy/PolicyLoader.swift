@@ -175,7 +175,7 @@ struct PolicyReader {
     // MARK: session
 
     static let jwtSessionKeys = ["type", "header", "cookie", "algorithms", "jwks_file", "jwks_url", "jwks_refresh", "hmac_secret",
-                                 "issuer", "audience", "contact_claim", "leeway"]
+                                 "issuer", "audience", "contact_claim", "leeway", "verified_cache"]
     static let introspectSessionKeys = ["type", "url", "client_auth", "header", "cookie", "contact_field", "cache_ttl", "timeout"]
 
     func session(_ node: YAMLNode, _ path: String) -> AppSession? {
@@ -278,9 +278,13 @@ struct PolicyReader {
         if let node = fields["leeway"] {
             leeway = checker.wholeSeconds(node, fields.at("leeway"), min: 0, max: 300_000)
         }
-        guard ok, let algorithms, let keysValue, let contactClaim, let leeway else { return nil }
+        var verifiedCache: Int? = SessionPolicy.defaultVerifiedCache
+        if let node = fields["verified_cache"] {
+            verifiedCache = checker.int(node, fields.at("verified_cache"), in: 0...1_000_000)
+        }
+        guard ok, let algorithms, let keysValue, let contactClaim, let leeway, let verifiedCache else { return nil }
         return SessionPolicy(header: header, cookie: cookie, algorithms: algorithms, keys: keysValue, issuer: issuer,
-                             audience: audience, contactClaim: contactClaim, leewaySeconds: leeway)
+                             audience: audience, contactClaim: contactClaim, leewaySeconds: leeway, verifiedCache: verifiedCache)
     }
 
     /// One of `hmac_secret` (HS256), `jwks_file` or `jwks_url` (RS256/ES256); `jwks_url` may name

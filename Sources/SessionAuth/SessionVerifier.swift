@@ -37,6 +37,8 @@ public final class SessionVerifier: Sendable {
     private let unknownKid = Mutex<(@Sendable (String) -> Void)?>(nil)
     private let clock: any WallClock
     private let headers = HeaderCache()
+    /// Sessions accepted before, by the hash of their whole token (`VerifiedSessions`).
+    let verified: VerifiedSessions
     /// JWKS entries that were skipped at `init` and why (for a start-up log line).
     public let skippedKeys: [String]
     /// The same entries, each with its position, kid and reason.
@@ -70,6 +72,7 @@ public final class SessionVerifier: Sendable {
                 jwksLoader: (String) throws -> [UInt8] = SessionVerifier.readJWKSFile,
                 fetchedKeys: JWKSet? = nil) throws(SessionConfigError) {
         self.policy = policy
+        self.verified = VerifiedSessions(capacity: policy.verifiedCache)
         self.allowed = Set(policy.algorithms)
         self.clock = clock
         guard !allowed.isEmpty else { throw SessionConfigError("session: no algorithms allowed") }
@@ -136,6 +139,8 @@ public final class SessionVerifier: Sendable {
     public func replaceKeys(_ keys: JWKSet) {
         let ring = KeyRing(keys)
         self.keys.withLock { $0 = ring }
+        // A session accepted under the old keys is verified again under the new ones.
+        verified.removeAll()
     }
 
     /// Sets what is told the kid of a token refused because no key has it. Called on the
@@ -266,11 +271,21 @@ public final class SessionVerifier: Sendable {
         return token.withUTF8 { verify(bytes: $0) }
     }
 
-    /// `verify(token:)` over the token's UTF-8, so segments are sliced and decoded in place.
+    /// `verify(token:)` over the token's UTF-8, so segments are sliced and decoded in place; the
+    /// very token accepted before (and not yet expired) is not verified again.
     private func verify(bytes: UnsafeBufferPointer<UInt8>) -> Result<Session, AuthFailure> {
+        guard bytes.count <= Self.maxTokenBytes else { return .failure(AuthFailure("token longer than \(Self.maxTokenBytes) bytes")) }
+        let key = SHA256.words(bytes)
+        if let session = verified.session(for: key, now: clock.now()) { return .success(session) }
+        let result = verifyWhole(bytes)
+        if case .success(let session) = result { verified.keep(session, for: key, now: clock.now()) }
+        return result
+    }
+
+    /// Structure, header, signature, then claims.
+    private func verifyWhole(_ bytes: UnsafeBufferPointer<UInt8>) -> Result<Session, AuthFailure> {
         func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
 
-        guard bytes.count <= Self.maxTokenBytes else { return fail("token longer than \(Self.maxTokenBytes) bytes") }
         // Three segments split at '.' (memchr scans a token's few hundred bytes fastest).
         let firstDot = Self.find(UInt8(ascii: "."), in: bytes, from: 0)
         let secondDot = Self.find(UInt8(ascii: "."), in: bytes, from: firstDot + 1)

@@ -46,18 +46,25 @@ def info(name, label, conns, baseline):
 
 info("floor_inline", "floor: HTTPServer alone (info)", facts.get("hit_conns"), "nginx_static")
 info("floor_redis", "floor: + one Redis GET (info)", facts.get("hit_conns"), "nginx_static")
-p1 = ratio(rps("pw_hit_hs256"), rps("nginx_static"))
-scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('nginx_static'):.0f}", ">= 0.50x", f"{p1:.2f}x", p1 >= 0.5)
+# The bars of the performance issue, round 2: the hit against our own libraries' floor.
+p1 = ratio(rps("pw_hit_hs256"), rps("floor_redis"))
+scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('floor_redis'):.0f} (floor + GET)", ">= 0.70x floor",
+         f"{p1:.2f}x (nginx {ratio(rps('pw_hit_hs256'), rps('nginx_static')):.2f}x)", p1 >= 0.7)
 # An introspected session served from the warm cache, against P1 with HS256 in the same run.
 pi = ratio(rps("pw_hit_introspect"), rps("pw_hit_hs256"))
 scenario("pw_hit_introspect", "P1 dedupe hit, introspected session (cache warm)", facts.get("hit_conns"),
          f"{rps('pw_hit_hs256'):.0f} (P1 HS256)", ">= 0.90x P1", f"{pi:.2f}x", pi >= 0.9)
 verify = float(facts.get("openssl_es256_verify", "0") or 0)
 p1es = ratio(rps("pw_hit_es256"), verify)
-scenario("pw_hit_es256", "P1 dedupe hit ES256", facts.get("hit_conns"), f"{verify:.0f} verify/s", ">= 0.70x", f"{p1es:.2f}x", p1es >= 0.7)
+scenario("pw_hit_es256", "P1 dedupe hit ES256 (every token verified)", facts.get("hit_conns"), f"{verify:.0f} verify/s", ">= 0.60x",
+         f"{p1es:.2f}x", p1es >= 0.6)
+# ES256 sessions each sent about 10 times over the run, accepted ones kept, against P1 HS256.
+pr = ratio(rps("pw_hit_reused"), rps("pw_hit_hs256"))
+scenario("pw_hit_reused", f"P1 hit ES256, sessions reused ({facts.get('reused_pool', '?')} sessions)", facts.get("hit_conns"),
+         f"{rps('pw_hit_hs256'):.0f} (P1 HS256)", ">= 0.80x P1", f"{pr:.2f}x", pr >= 0.8)
 scenario("nginx_proxy", "nginx proxy_pass", facts.get("fwd_conns"), "-", "-", "-", True)
 p2 = ratio(rps("pw_forwarded"), rps("nginx_proxy"))
-scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.80x", f"{p2:.2f}x", p2 >= 0.8)
+scenario("pw_forwarded", "P2 forwarded", facts.get("fwd_conns"), f"{rps('nginx_proxy'):.0f}", ">= 0.90x", f"{p2:.2f}x", p2 >= 0.9)
 info("floor_forward", "floor: HTTP + upstream call (info)", facts.get("fwd_conns"), "nginx_proxy")
 # cluster: the same build on a three-master Redis Cluster (bars: >= 0.9x of the single-Redis rows).
 if "cluster_hit_hs256" in rows:
