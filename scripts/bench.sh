@@ -14,12 +14,13 @@ DURATION=${DURATION:-10s}              # each throughput scenario
 SOAK=${SOAK:-60s}                      # the memory-flatness run at P1 load
 LATENCY_MS=${LATENCY_MS:-50}           # the mock upstream's answer delay
 POOL=${POOL:-10000}                    # distinct sessions and push tokens
+BYTES_POOL=${BYTES_POOL:-100000}            # distinct installations the Redis-bytes row registers
 REUSED_POOL=${REUSED_POOL:-40000}           # most ES256 sessions the sessions-reused row cycles through (each ~10 times)
 HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
-WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,reused,introspect,forwarded,erase,queued,tail,memory}   # also: cluster
+export WRK_THREADS=${WRK_THREADS:-2}
+SCENARIOS=${SCENARIOS:-hit,es256,reused,introspect,forwarded,erase,queued,tail,memory,bytes}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -113,7 +114,7 @@ head -n "$POOL" "$work/sessions-es256-all.txt" >"$work/sessions-es256.txt"
 # Apps benchq (a queued upstream) and benchi (introspected sessions) only for this build: a
 # PW_BASELINE may predate the outbox and session type introspect.
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
-  --introspect-port "$introspect_port" --admin --reused >"$work/policy.yaml"
+  --introspect-port "$introspect_port" --admin --reused --bytes >"$work/policy.yaml"
 export BENCH_INTROSPECT_TOKEN=bench-introspect-token
 export BENCH_ADMIN_TOKEN
 BENCH_ADMIN_TOKEN=$(openssl rand -hex 32)
@@ -459,6 +460,39 @@ fi
 fact error_lines "$(grep -c '"level":"error"' "$work/pushwarden.log" || true)"
 
 done
+# Redis bytes per installation (once, after the runs: it adds 100,000 registrations, and their
+# sessions to the verified-session cache, which the memory rows must not see). App benchm
+# registers BYTES_POOL distinct installations (one contact each) with one Voyado upstream; used
+# memory before and after, over how many the upstream took. The keys one registration writes are
+# sized with MEMORY USAGE on a sample of each kind, the registration's own (dedupe entry,
+# identity) apart from the inventory's (the contact's record, the token's owner, its member in the
+# app's last-seen set).
+if want bytes; then
+  results="$work/results-1.txt"
+  "$bin/bench-tool" tokens --alg HS256 --count "$BYTES_POOL" --secret "$secret" --out "$work/sessions-bytes.txt"
+  used_memory() { redis-cli -p "$redis_port" INFO memory | tr -d '\r' | awk -F: '$1=="used_memory" {print $2}'; }
+  bytes_before=$(used_memory); calls_before=$(upstream_calls)
+  LUA=$register_lua run bytes_register "http://127.0.0.1:$pw_port" 256 "$(( BYTES_POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))s" MODE=hit \
+    SESSIONS="$work/sessions-bytes.txt" APP=benchm
+  sleep 1
+  fact bytes_pool "$BYTES_POOL"
+  fact bytes_installations "$(( $(upstream_calls) - calls_before ))"
+  fact bytes_used "$(( $(used_memory) - bytes_before ))"
+  # mean MEMORY USAGE of up to 300 keys matching a pattern (SAMPLES 0: every element of a set)
+  key_bytes() {
+    redis-cli -p "$redis_port" --scan --pattern "$1" | head -300 | while read -r key; do redis-cli -p "$redis_port" MEMORY USAGE "$key" SAMPLES 0; done |
+      awk '{s += $1; n++} END {if (n) printf "%.0f", s / n; else print 0}'
+  }
+  fact bytes_reg "$(key_bytes 'pw:v2:{*}:reg')"
+  fact bytes_id "$(key_bytes 'pw:v2:{*}:id')"
+  fact bytes_inv "$(key_bytes 'pw:v2:{c:*}:inv')"
+  fact bytes_owner "$(key_bytes 'pw:v2:{t:*}:owner')"
+  # The app's last-seen set: the largest one, over its members.
+  seen=$(redis-cli -p "$redis_port" --scan --pattern 'pw:v2:{inv:*}:seen' | while read -r key; do echo "$(redis-cli -p "$redis_port" ZCARD "$key") $key"; done | sort -rn | head -1)
+  if [[ -n $seen ]]; then
+    fact bytes_seen "$(( $(redis-cli -p "$redis_port" MEMORY USAGE "${seen#* }" SAMPLES 0) / ${seen%% *} ))"
+  fi
+fi
 mkdir -p bench-out
 {
   echo "PushWarden benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) duration=$DURATION upstream_latency=${LATENCY_MS}ms pool=$POOL runs=$RUNS"

@@ -15,11 +15,14 @@ enum BenchPolicy {
     /// With `reused` (and a JWKS file), app `benches` verifies every token on every request
     /// (`verified_cache: 0`: its row measures verification, though the pool's tokens come round
     /// again), and app `benchr`, the same ES256 sessions with accepted ones kept, is for the
-    /// sessions-reused row.
+    /// sessions-reused row. With `bytes`, app `benchm` (HS256, like `bench`) for the Redis-bytes
+    /// row, whose installations no other row registers.
     static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil,
-                     admin: Bool = false, reused: Bool = false) -> String {
+                     admin: Bool = false, reused: Bool = false, bytes: Bool = false) -> String {
         var text = "version: 1\napps:\n"
-        text += app("bench", session: "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n", mockPort: mockPort)
+        let hs256 = "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n"
+        text += app("bench", session: hs256, mockPort: mockPort)
+        if bytes { text += app("benchm", session: hs256, mockPort: mockPort) }
         if let jwksPath {
             let es256 = "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n"
             text += app("benches", session: es256 + (reused ? "      verified_cache: 0\n" : ""), mockPort: mockPort)

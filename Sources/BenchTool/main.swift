@@ -23,7 +23,7 @@ if CommandLine.arguments.dropFirst().first == "floor" {
     exit(0)
 }
 
-/// `bench-tool policy --mock-port P [--jwks FILE] [--queued-mock-port Q] [--introspect-port I] [--admin] [--reused]`: prints the benchmark's policy (`BenchPolicy`).
+/// `bench-tool policy --mock-port P [--jwks FILE] [--queued-mock-port Q] [--introspect-port I] [--admin] [--reused] [--bytes]`: prints the benchmark's policy (`BenchPolicy`).
 if CommandLine.arguments.dropFirst().first == "policy" {
     guard let port = value("--mock-port").flatMap(Int.init) else {
         FileHandle.standardError.write(Data("usage: bench-tool policy --mock-port P [--jwks FILE]\n".utf8))
@@ -33,7 +33,8 @@ if CommandLine.arguments.dropFirst().first == "policy" {
                                                           queuedMockPort: value("--queued-mock-port").flatMap(Int.init),
                                                           introspectPort: value("--introspect-port").flatMap(Int.init),
                                                           admin: CommandLine.arguments.contains("--admin"),
-                                                          reused: CommandLine.arguments.contains("--reused")).utf8))
+                                                          reused: CommandLine.arguments.contains("--reused"),
+                                                          bytes: CommandLine.arguments.contains("--bytes")).utf8))
     exit(0)
 }
 

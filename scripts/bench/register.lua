@@ -27,7 +27,9 @@ end
 function init(args)
   for line in io.lines(os.getenv("SESSIONS")) do sessions[#sessions + 1] = line end
   thread_id = tid or 0
-  counter = thread_id * 1000003
+  -- Each thread starts its own share of the pool, so together they cover it once as fast as
+  -- they can (a warm-up, the Redis-bytes row), whatever the pool's size.
+  counter = thread_id * math.floor(#sessions / (tonumber(os.getenv("WRK_THREADS")) or 2))
   if mode == "hit" then
     -- Built once: the load generator shares the cores with the server, so each request should
     -- cost it as little as nginx's plain GET does.

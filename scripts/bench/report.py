@@ -137,6 +137,16 @@ if "erase_ms" in facts:
     table.append(("erase a contact, 20 installations", "-", "-", f"{median:.0f}ms", f"{times[-1] if times else 0:.0f}ms (max)",
                   f"{latency:.0f}ms (one call)", f"{median / latency:.2f}x one call ({len(times)} contacts, erased {counts})",
                   "< 3x one call", "PASS" if ok else "FAIL", sum(1 for c in counts if c != 20)))
+if "bytes_used" in facts:
+    n = int(float(facts.get("bytes_installations", "0") or 0))
+    total = float(facts["bytes_used"]) / n if n else 0.0
+    part = lambda key: float(facts.get(key, "0") or 0)
+    own = part("bytes_reg") + part("bytes_id")
+    inventory = part("bytes_inv") + part("bytes_owner") + part("bytes_seen")
+    table.append((f"Redis bytes per installation ({n} registered)", "-", "-", "-", "-", "INFO used_memory",
+                  f"{total:.0f} B in all; keys: registration {own:.0f} B (entry {part('bytes_reg'):.0f}, identity {part('bytes_id'):.0f}), "
+                  f"inventory {inventory:.0f} B (record {part('bytes_inv'):.0f}, owner {part('bytes_owner'):.0f}, last seen {part('bytes_seen'):.0f})",
+                  "<= 256 B (registration)", "PASS" if n > 0 and own <= 256 else "FAIL", 0 if n >= int(facts.get("bytes_pool", n) or n) else 1))
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9
