@@ -6,6 +6,10 @@ int pw_limit_malloc_arenas(int arenas) {
     return mallopt(M_ARENA_MAX, arenas);
 }
 
+int pw_malloc_trim(void) {
+    return malloc_trim(0);
+}
+
 #include <pthread.h>
 
 void pw_set_thread_name(const char *name) {

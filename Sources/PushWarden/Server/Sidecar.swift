@@ -259,8 +259,9 @@ public final class Sidecar: Sendable {
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
         outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics, loops: loops,
-                                                     logger: outboxLogger) } ?? [])
-            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory"))]
+                                                     inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
+            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
+               Self.startHeapTrim()]
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256) }
         var fields = [
@@ -341,7 +342,7 @@ public final class Sidecar: Sendable {
     /// One worker per upstream the outbox delivers for, and a sampler for its metrics. Workers
     /// look their app up in the running policy on every pass.
     private static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
-                                    loops: [EventLoop], logger: Logger) -> [Task<Void, Never>] {
+                                    loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
         let apps = handler.apps
         for target in outbox.watched {
@@ -350,7 +351,7 @@ public final class Sidecar: Sendable {
             }
             let worker = OutboxWorker(streams: outbox.streams, target: target, app: { handler.apps[target.app] }, registrar: registrar,
                                       consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target),
-                                      loops: loops)
+                                      loops: loops, batch: Self.batch(inFlight: inFlight, shards: target.shards))
             tasks.append(Task.detached { await worker.run() })
         }
         let streams = outbox.streams
@@ -366,6 +367,25 @@ public final class Sidecar: Sendable {
             }
         })
         return tasks
+    }
+
+    /// Entries one shard reads at a time: an upstream's shards together hold no more deliveries in
+    /// flight than there are connections to its host (more would only wait inside the HTTP
+    /// client, each holding its transfer's buffers: 8 shards of 256 took RSS from 56 to 158 MiB).
+    static func batch(inFlight: Int, shards: Int) -> Int {
+        max(16, inFlight / max(1, shards))
+    }
+
+    /// Every 10 s, what the allocator holds free goes back to the system, so RSS falls back after a
+    /// burst instead of staying at its high-water mark (measured: 158 MiB after the bench's
+    /// drains, against 56 MiB without them).
+    private static func startHeapTrim() -> Task<Void, Never> {
+        Task.detached {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(10))
+                HeapTrim.release()
+            }
+        }
     }
 
     /// The inventory's expiry sweeper (it idles while no app sets `inventory.expire_after`).
