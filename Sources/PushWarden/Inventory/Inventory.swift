@@ -12,11 +12,22 @@ final class Inventory: Sendable {
     /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
     let clock: @Sendable () -> Int64
 
-    /// When this process last wrote each installation's last-seen time on a dedupe hit (by the
-    /// registration's fingerprint, monotonic nanoseconds). Bounded: emptied when it grows past
-    /// `touchMemory`, which at worst costs one write per installation.
-    private let touched = Mutex<[String: UInt64]>([:])
+    /// When this process last wrote each installation's last-seen time on a dedupe hit (by a
+    /// 64-bit hash of the registration's fingerprint, monotonic nanoseconds). Bounded: emptied
+    /// when it grows past `touchMemory`, which at worst costs one write per installation. 16
+    /// bytes an entry (about 5 MiB when full): keyed by the fingerprint's text it held ~110 bytes
+    /// an entry, ~22 MiB that the sidecar's RSS carried after a registration storm. Two
+    /// installations whose hashes collide share one time: one may see its last-seen refreshed up
+    /// to one interval later, never expired early by it (a write it skips is at most one
+    /// interval late, and the interval is a tenth of `expire_after`).
+    private let touched = Mutex<[UInt64: UInt64]>([:])
     private static let touchMemory = 200_000
+
+    private static func touchSlot(_ key: String) -> UInt64 {
+        var hasher = Hasher()
+        hasher.combine(key)
+        return UInt64(bitPattern: Int64(hasher.finalize()))
+    }
     /// Each app's inventory keys, hashed once (a policy names a handful of apps).
     private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
@@ -57,10 +68,11 @@ final class Inventory: Sendable {
     func touchDue(_ key: String, intervalMillis: Int) -> Bool {
         let now = MonotonicClock.nowNanos()
         let interval = UInt64(max(intervalMillis, 1)) * 1_000_000
+        let slot = Self.touchSlot(key)
         return touched.withLock { touched in
-            if let last = touched[key], now - last < interval { return false }
+            if let last = touched[slot], now - last < interval { return false }
             if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
-            touched[key] = now
+            touched[slot] = now
             return true
         }
     }
@@ -68,9 +80,10 @@ final class Inventory: Sendable {
     /// Notes that the installation's record was just written (a registration that was forwarded).
     func touched(_ key: String) {
         let now = MonotonicClock.nowNanos()
+        let slot = Self.touchSlot(key)
         touched.withLock { touched in
             if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
-            touched[key] = now
+            touched[slot] = now
         }
     }
 
