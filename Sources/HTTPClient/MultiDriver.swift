@@ -21,6 +21,11 @@ final class MultiDriver {
     private var active: [UInt: Transfer] = [:]
     private var spare: [EasyHandle] = []
     private let spareLimit: Int
+    /// Idle easy handles kept at most. Each keeps the buffers of its last transfer (libcurl's
+    /// download buffer, and its upload buffer once it has sent a body), so after a burst of
+    /// hundreds of concurrent calls, keeping every one held that memory for good; under steady
+    /// load the handles in use are in flight, not spare, so a few dozen spares serve it.
+    private static let spareLimit = 64
     private let timeoutSocket = pw_curl_socket_timeout()
     /// Set when a transfer was added since curl last had a timeout call: curl then owes it one.
     private var needsKick = false
@@ -43,7 +48,7 @@ final class MultiDriver {
         }
         self.multi = multi
         self.configuration = configuration
-        self.spareLimit = max(1, configuration.maxTotalConnections)
+        self.spareLimit = max(1, min(Self.spareLimit, configuration.maxTotalConnections))
     }
 
     deinit {
