@@ -32,6 +32,9 @@ BASE_POLICY=${BASE_POLICY:-policy-base}
 # PW_THIS=<binary>: serve that build as "this" too (with the baseline's policy), for a before/after of
 # two earlier commits side by side; only the hit and forwarded scenarios then make sense.
 PW_THIS=${PW_THIS:-}
+# PW_CLUSTER=<binary>: serve that build as the cluster sidecar (with PW_THIS, an earlier build's
+# cluster/this ratio).
+PW_CLUSTER=${PW_CLUSTER:-}
 PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden during P1 and P2 (bench-out/perf-*.data)
 # What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
@@ -165,7 +168,7 @@ while True:
   done
   for p in "${cluster_ports[@]}"; do cluster_roles+=("$(redis-cli -p "$p" role | head -1)"); done
   seeds=$(printf '127.0.0.1:%s,' "${cluster_ports[@]:0:3}")
-  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" serve --policy "$work/policy.yaml" \
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "${PW_CLUSTER:-$bin/pushwarden}" serve --policy "$work/policy.yaml" \
     --listen "127.0.0.1:$cluster_port" --admin "127.0.0.1:$cluster_admin" --redis "redis+cluster://${seeds%,}" --log-level warning $PW_FLAGS \
     2>"$work/pushwarden-cluster.log" &
   cluster_pid=$!
@@ -465,8 +468,8 @@ done
 # registers BYTES_POOL distinct installations (one contact each) with one Voyado upstream; used
 # memory before and after, over how many the upstream took. The keys one registration writes are
 # sized with MEMORY USAGE on a sample of each kind, the registration's own (dedupe entry,
-# identity) apart from the inventory's (the contact's record, the token's owner, its member in the
-# app's last-seen set).
+# identity) apart from the inventory's (the contact's record, the token's holder and its member in
+# the last-seen index, both in the token's shard of the app).
 if want bytes; then
   results="$work/results-1.txt"
   "$bin/bench-tool" tokens --alg HS256 --count "$BYTES_POOL" --secret "$secret" --out "$work/sessions-bytes.txt"
@@ -486,12 +489,15 @@ if want bytes; then
   fact bytes_reg "$(key_bytes 'pw:v2:{*}:reg')"
   fact bytes_id "$(key_bytes 'pw:v2:{*}:id')"
   fact bytes_inv "$(key_bytes 'pw:v2:{c:*}:inv')"
-  fact bytes_owner "$(key_bytes 'pw:v2:{t:*}:owner')"
-  # The app's last-seen set: the largest one, over its members.
-  seen=$(redis-cli -p "$redis_port" --scan --pattern 'pw:v2:{inv:*}:seen' | while read -r key; do echo "$(redis-cli -p "$redis_port" ZCARD "$key") $key"; done | sort -rn | head -1)
-  if [[ -n $seen ]]; then
-    fact bytes_seen "$(( $(redis-cli -p "$redis_port" MEMORY USAGE "${seen#* }" SAMPLES 0) / ${seen%% *} ))"
-  fi
+  fact bytes_owner "$(key_bytes 'pw:v2:{inv:*}:h:*')"
+  # The inventory's last-seen index, 256 shards per app: every shard's MEMORY USAGE over its
+  # entries.
+  per_entry() {
+    redis-cli -p "$redis_port" --scan --pattern "$1" | while read -r key; do
+      echo "$(redis-cli -p "$redis_port" MEMORY USAGE "$key" SAMPLES 0) $(redis-cli -p "$redis_port" "$2" "$key")"
+    done | awk '{b += $1; n += $2} END {if (n) printf "%.0f", b / n; else print 0}'
+  }
+  fact bytes_seen "$(per_entry 'pw:v2:{inv:*}:seen' ZCARD)"
 fi
 mkdir -p bench-out
 {

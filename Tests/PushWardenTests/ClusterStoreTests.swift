@@ -128,20 +128,22 @@ private func registration(_ token: String) -> String { #"{"platform":"android","
                 #expect(ready.json?["store"] == "reachable")
             }
 
-            // Registration entries of many tokens land on all three masters.
+            // Registration entries of many tokens, and their app's inventory index (256 shards),
+            // land on all three masters.
             try await withSidecars(1, url: cluster.url, mock: try MockVoyado()) { sidecars in
                 let h = sidecars[0]
                 for _ in 0..<30 {
                     #expect(try await h.post("/installations", registration("fcm-\(UUID().uuidString)")).outcome == "forwarded")
                 }
-                var holders = 0
+                var holders: [String: Int] = [:]
                 for master in try cluster.masters() {
                     let direct = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: master.port))
-                    let found = try await direct.send(["KEYS", "pw:v2:{*}:reg"])
+                    for pattern in ["pw:v2:{*}:reg", "pw:v2:{inv:*}:seen", "pw:v2:{inv:*}:h:*"] {
+                        if case .array(let names) = try await direct.send(["KEYS", pattern]), !names.isEmpty { holders[pattern, default: 0] += 1 }
+                    }
                     direct.close()
-                    if case .array(let names) = found, !names.isEmpty { holders += 1 }
                 }
-                #expect(holders == 3)
+                #expect(holders == ["pw:v2:{*}:reg": 3, "pw:v2:{inv:*}:seen": 3, "pw:v2:{inv:*}:h:*": 3])
             }
         }
     }

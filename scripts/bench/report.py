@@ -145,7 +145,7 @@ if "bytes_used" in facts:
     inventory = part("bytes_inv") + part("bytes_owner") + part("bytes_seen")
     table.append((f"Redis bytes per installation ({n} registered)", "-", "-", "-", "-", "INFO used_memory",
                   f"{total:.0f} B in all; keys: registration {own:.0f} B (entry {part('bytes_reg'):.0f}, identity {part('bytes_id'):.0f}), "
-                  f"inventory {inventory:.0f} B (record {part('bytes_inv'):.0f}, owner {part('bytes_owner'):.0f}, last seen {part('bytes_seen'):.0f})",
+                  f"inventory {inventory:.0f} B (record {part('bytes_inv'):.0f}, holder {part('bytes_owner'):.0f}, last seen {part('bytes_seen'):.0f})",
                   "<= 256 B (registration)", "PASS" if n > 0 and own <= 256 else "FAIL", 0 if n >= int(facts.get("bytes_pool", n) or n) else 1))
 tail = rows.get("pw_tail")
 if tail:

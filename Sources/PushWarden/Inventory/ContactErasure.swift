@@ -52,7 +52,7 @@ extension Registrar: ContactAdministration {
             let results = await withTaskGroup(of: (String, [(String, UpstreamOutcome)]?).self) { group in
                 for installation in kept {
                     group.addTask { [self] in
-                        (installation.stored.token.digest, await eraseOne(installation, contact: contact, origin: origin))
+                        (installation.stored.token.digest, await retire(installation, contact: contact, origin: origin, reason: .erased))
                     }
                 }
                 var all: [(String, [(String, UpstreamOutcome)]?)] = []
@@ -67,21 +67,6 @@ extension Registrar: ContactAdministration {
         }
         return ErasureReport(installations: erased.count,
                              upstreams: app.upstreams.map { ($0.adapter.name, outcomes[$0.adapter.name] ?? .skipped) })
-    }
-
-    /// One installation of an erased contact: removed everywhere its record names, unless the
-    /// token has moved to another contact (then only this contact's record goes; nil).
-    private func eraseOne(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin) async -> [(String, UpstreamOutcome)]? {
-        do {
-            if let holder = try await inventory.store.owner(of: kept.stored.token, on: origin.loop), holder != contact {
-                _ = try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,
-                                               on: origin.loop)
-                return nil
-            }
-        } catch {
-            inventoryUnavailable(error, app: origin.appID)
-        }
-        return await remove(kept, contact: contact, origin: origin, reason: .erased)
     }
 
     /// The outcome an erasure reports for an upstream over several installations: a failure over a

@@ -36,7 +36,7 @@ struct ExpirySweeper: Sendable {
     func sweep(_ app: AppRuntime, expireAfterMillis: Int, leaseMillis: Int) async -> Int {
         let inventory = registrar.inventory
         let appID = app.policy.id
-        let keys = AppInventoryKeys(app: appID)
+        let keys = inventory.keys(of: appID)
         let cutoff = inventory.clock() - Int64(expireAfterMillis)
         let due: [(ContactKeys, Inventory.Kept)]
         do {
@@ -47,7 +47,13 @@ struct ExpirySweeper: Sendable {
                     try await inventory.store.forgetSeen(token, of: contact, app: keys)
                     continue
                 }
-                if kept.stored.lastSeenMillis < cutoff { found.append((contact, kept)) }
+                if kept.stored.lastSeenMillis < cutoff {
+                    found.append((contact, kept))
+                } else {
+                    // Seen since (a write that reached the record and not the index): the index
+                    // catches up, so an entry that is not due never stays at the head.
+                    try await inventory.store.indexSeen(token, of: contact, app: keys, at: kept.stored.lastSeenMillis)
+                }
             }
             due = found
         } catch {
@@ -60,7 +66,7 @@ struct ExpirySweeper: Sendable {
                     // No client headers: a provider that takes only the user's own credential is skipped.
                     let origin = Registrar.Origin(app: app, context: CallContext(contactID: kept.contactID ?? ""), requestID: "expiry",
                                                   loop: nil)
-                    _ = await registrar.remove(kept, contact: contact, origin: origin, reason: .expired)
+                    _ = await registrar.retire(kept, contact: contact, origin: origin, reason: .expired)
                 }
             }
         }

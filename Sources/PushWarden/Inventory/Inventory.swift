@@ -98,7 +98,11 @@ final class Inventory: Sendable {
     // MARK: Reading
 
     func holder(of pushToken: String, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
-        try await store.owner(of: TokenKeys(app: app, pushToken: pushToken), on: loop)
+        try await holder(of: TokenKeys(app: app, pushToken: pushToken), app: app, on: loop)
+    }
+
+    func holder(of token: TokenKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.owner(of: token, app: keys(of: app), on: loop)
     }
 
     func kept(_ pushToken: String, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
@@ -120,7 +124,8 @@ final class Inventory: Sendable {
         try await store.remove(token, of: contact, app: keys(of: app), ifStill: expected, on: loop)
     }
 
-    private func keys(of app: String) -> AppInventoryKeys {
+    /// The app's keys, built once per app (its 256 shards' names).
+    func keys(of app: String) -> AppInventoryKeys {
         appKeys.withLock { known in
             if let keys = known[app] { return keys }
             let keys = AppInventoryKeys(app: app)

@@ -66,11 +66,30 @@ extension Registrar {
                 .sorted { ($0.stored.lastSeenMillis, $0.stored.token.digest) < ($1.stored.lastSeenMillis, $1.stored.token.digest) }
                 .prefix(count)
             for victim in victims {
-                _ = await remove(victim, contact: contact, origin: origin, reason: .evicted)
+                _ = await retire(victim, contact: contact, origin: origin, reason: .evicted)
             }
         } catch {
             inventoryUnavailable(error, app: origin.appID)
         }
+    }
+
+    /// One installation leaving a contact's inventory without its device asking (erased, evicted,
+    /// expired): removed everywhere its record names, unless the token has moved to another
+    /// contact (then only this contact's record goes, nothing is called upstream: nil). A move is
+    /// normally found when the token is registered again and the old record goes then; this check
+    /// covers a move the inventory did not see (a record that outlived the holder it was written
+    /// with), so that no stale record unregisters the new holder's device.
+    func retire(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)]? {
+        do {
+            if let holder = try await inventory.holder(of: kept.stored.token, app: origin.appID, on: origin.loop), holder != contact {
+                _ = try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,
+                                               on: origin.loop)
+                return nil
+            }
+        } catch {
+            inventoryUnavailable(error, app: origin.appID)
+        }
+        return await remove(kept, contact: contact, origin: origin, reason: reason)
     }
 
     /// Unregisters one kept installation at every upstream its record names (through the outbox
@@ -78,7 +97,7 @@ extension Registrar {
     /// its record unless a removal failed (so the next attempt finds it) or a registration rewrote
     /// it meanwhile. An upstream that takes only the user's own credential is `skipped` when the
     /// origin carries none. Returns each upstream's outcome.
-    func remove(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)] {
+    private func remove(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)] {
         let listed = Set(kept.stored.upstreams)
         let outcomes: [(String, UpstreamOutcome)]
         if let pushToken = kept.pushToken {

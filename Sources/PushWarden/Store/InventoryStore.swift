@@ -79,7 +79,7 @@ struct StoredInstallation: Sendable, Equatable {
 ///
 /// What a request does takes the request's loop (`Registrar.Origin.loop`), whose own connection
 /// a shared store uses, or nil off the loops; the sweeper's own operations (`seen`, `forgetSeen`,
-/// `lease`) never run for a request and always use the pool.
+/// `indexSeen`, `lease`) never run for a request and always use the pool.
 protocol InventoryStore: Sendable {
     /// Writes the installation into its contact's inventory (keeping its first-seen time and the
     /// upstreams named before), makes the contact the token's holder and indexes when it was seen;
@@ -87,17 +87,21 @@ protocol InventoryStore: Sendable {
     /// `previousOwner`.
     func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult
     /// The contact holding the token now, if the inventory knows it.
-    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys?
+    func owner(of token: TokenKeys, app: AppInventoryKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys?
     func installation(_ token: TokenKeys, of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> StoredInstallation?
     func installations(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [StoredInstallation]
     /// Removes the token from the contact's inventory (only while its record is still `expected`,
     /// when given), its holder while that is this contact, and its last-seen entry. True when the
     /// record was removed (or was already gone and nothing was expected).
     func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool
-    /// Up to `limit` installations of the app last seen before `cutoffMillis`, oldest first.
+    /// Up to `limit` installations of the app last seen before `cutoffMillis`, about oldest first
+    /// (each shard's oldest, merged).
     func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)]
     /// Drops a last-seen entry whose installation is gone.
     func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError)
+    /// Sets an installation's last-seen entry to `millis` (the sweeper's repair of an entry older
+    /// than its record, which a write that reached one of the two left behind).
+    func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError)
     /// Takes or keeps a lease for `owner` for `ttlMillis`: true while `owner` holds it.
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool
 }

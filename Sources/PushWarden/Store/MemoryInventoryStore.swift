@@ -9,7 +9,8 @@ final class MemoryInventoryStore: InventoryStore {
         var inventories: [String: [String: String]] = [:]
         /// Token digest → contact digest.
         var owners: [String: String] = [:]
-        /// App index key → seen member → last seen (ms).
+        /// App digest → seen member → last seen (ms). One index per app: shards spread keys over a
+        /// cluster's slots, which one process does not have.
         var seen: [String: [String: Int64]] = [:]
         /// Lease key → (owner, expiry in monotonic nanoseconds).
         var leases: [String: (String, UInt64)] = [:]
@@ -30,13 +31,13 @@ final class MemoryInventoryStore: InventoryStore {
                 sealed: write.sealed, platform: write.platform, pushService: write.pushService, upstreams: upstreams,
                 firstSeen: existing?.firstSeenMillis ?? write.nowMillis, lastSeen: write.nowMillis)
             state.inventories[write.contact.digest] = records
-            state.seen[write.app.seen, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
+            state.seen[write.app.digest, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
             let moved = previous.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
             return InventoryWriteResult(previousOwner: moved, isNew: existing == nil, count: records.count)
         }
     }
 
-    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+    func owner(of token: TokenKeys, app: AppInventoryKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
         state.withLock { $0.owners[token.digest].map(ContactKeys.init(digest:)) }
     }
 
@@ -56,13 +57,13 @@ final class MemoryInventoryStore: InventoryStore {
             state.inventories[contact.digest]?[token.digest] = nil
             if state.inventories[contact.digest]?.isEmpty == true { state.inventories[contact.digest] = nil }
             if state.owners[token.digest] == contact.digest { state.owners[token.digest] = nil }
-            state.seen[app.seen]?[Self.seenMember(contact, token)] = nil
+            state.seen[app.digest]?[Self.seenMember(contact, token)] = nil
             return true
         }
     }
 
     func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)] {
-        let entries = state.withLock { $0.seen[app.seen] ?? [:] }
+        let entries = state.withLock { $0.seen[app.digest] ?? [:] }
         return entries.filter { $0.value < cutoffMillis }
             .sorted { ($0.value, $0.key) < ($1.value, $1.key) }
             .prefix(limit)
@@ -70,7 +71,11 @@ final class MemoryInventoryStore: InventoryStore {
     }
 
     func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
-        _ = state.withLock { $0.seen[app.seen]?.removeValue(forKey: Self.seenMember(contact, token)) }
+        _ = state.withLock { $0.seen[app.digest]?.removeValue(forKey: Self.seenMember(contact, token)) }
+    }
+
+    func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError) {
+        state.withLock { $0.seen[app.digest, default: [:]][Self.seenMember(contact, token)] = millis }
     }
 
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {

@@ -3,7 +3,7 @@ import PWCore
 import RedisClient
 
 /// The inventory in Redis, beside the dedupe state (`RedisStore`). Every command touches keys of
-/// one hash tag only (the contact's, the token's or the app's), so the inventory works on a Redis
+/// one hash tag only (the contact's or one of the app's shards), so the inventory works on a Redis
 /// Cluster as it does on one Redis; `record`'s three commands leave together and cost one round
 /// trip on a loop's connection.
 final class RedisInventoryStore: InventoryStore {
@@ -57,17 +57,18 @@ final class RedisInventoryStore: InventoryStore {
         return 1
         """)
 
-    /// The holder's `SET … GET`, the record's merge script and the last-seen `ZADD`: three hash
-    /// tags, so three commands (on a cluster, up to three masters), sent in one batch.
+    /// The holder's `SET … GET`, the record's merge script and the last-seen `ZADD`: two hash
+    /// tags (the token's shard, the contact), so on a cluster up to two masters; one batch.
     func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
         let now = String(write.nowMillis)
+        let shard = write.app.shard(of: write.token)
         let recordKeys = [write.contact.inventory]
         let recordArguments = [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
         let replies = await store.sendAll([
-            ["SET", write.token.owner, write.contact.digest, "GET"],
+            ["SET", shard.holder(of: write.token), write.contact.digest, "GET"],
             ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
-            ["ZADD", write.app.seen, now, Self.seenMember(write.contact, write.token)],
+            ["ZADD", shard.seen, now, Self.seenMember(write.contact, write.token)],
         ], on: loop)
         let ownerReply = try replies[0].get()
         let recordReply: RedisReply
@@ -85,8 +86,11 @@ final class RedisInventoryStore: InventoryStore {
         return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
     }
 
-    func owner(of token: TokenKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
-        try await store.get(token.owner, on: loop).map(ContactKeys.init(digest:))
+    /// The shard's holder; for a token no write has touched since the shards came, the holder an
+    /// earlier build kept under the token's own key.
+    func owner(of token: TokenKeys, app: AppInventoryKeys, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        if let digest = try await store.get(app.shard(of: token).holder(of: token), on: loop) { return ContactKeys(digest: digest) }
+        return try await store.get(token.legacyOwner, on: loop).map(ContactKeys.init(digest:))
     }
 
     func installation(_ token: TokenKeys, of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> StoredInstallation? {
@@ -110,24 +114,55 @@ final class RedisInventoryStore: InventoryStore {
         return result
     }
 
+    /// The record, then (when it went) the shard's holder and last-seen entry, and what an earlier
+    /// build kept of them (the token's own holder key, the app's whole last-seen index).
     func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool {
         let reply = try await store.evaluate(Self.removeScript, keys: [contact.inventory], arguments: [token.digest] + (expected.map { [$0] } ?? []),
                                              on: loop)
         guard case .integer(1) = reply else { return false }
-        try await store.release(token.owner, owner: contact.digest, on: loop)
-        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)], on: loop)
+        let shard = app.shard(of: token)
+        let member = Self.seenMember(contact, token)
+        try await store.release(shard.holder(of: token), owner: contact.digest, on: loop)
+        _ = try await store.send(["ZREM", shard.seen, member], on: loop)
+        try await store.release(token.legacyOwner, owner: contact.digest, on: loop)
+        _ = try await store.send(["ZREM", app.legacySeen, member], on: loop)
         return true
     }
 
+    /// Each shard's oldest `limit / 64 + 4` before the cutoff, and the legacy index's oldest
+    /// `limit`, merged oldest first: the oldest `limit` of the app unless one shard holds more
+    /// than its share of them (the rest come in the next passes).
     func seen(before cutoffMillis: Int64, app: AppInventoryKeys, limit: Int) async throws(StoreError) -> [(contact: ContactKeys, token: TokenKeys)] {
-        guard case .array(let items) = try await store.send(["ZRANGEBYSCORE", app.seen, "-inf", "(" + String(cutoffMillis), "LIMIT", "0", String(limit)], on: nil) else {
-            throw StoreError(.unexpectedReply, "unexpected ZRANGEBYSCORE reply")
+        let bound = "(" + String(cutoffMillis)
+        let perShard = String(limit / 64 + 4)
+        let commands = app.shards.map { ["ZRANGEBYSCORE", $0.seen, "-inf", bound, "WITHSCORES", "LIMIT", "0", perShard] }
+            + [["ZRANGEBYSCORE", app.legacySeen, "-inf", bound, "WITHSCORES", "LIMIT", "0", String(limit)]]
+        var found: [(score: Double, member: String)] = []
+        for reply in try await store.sendConcurrently(commands) {
+            guard case .array(let items) = reply else { throw StoreError(.unexpectedReply, "unexpected ZRANGEBYSCORE reply") }
+            var index = 0
+            while index + 1 < items.count {
+                if let member = items[index].string, let score = items[index + 1].string.flatMap(Double.init) {
+                    found.append((score, member))
+                }
+                index += 2
+            }
         }
-        return items.compactMap { $0.string.flatMap(Self.parseSeenMember) }
+        return found.sorted { ($0.score, $0.member) < ($1.score, $1.member) }
+            .prefix(limit)
+            .compactMap { Self.parseSeenMember($0.member) }
     }
 
     func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
-        _ = try await store.send(["ZREM", app.seen, Self.seenMember(contact, token)], on: nil)
+        let member = Self.seenMember(contact, token)
+        _ = try await store.send(["ZREM", app.shard(of: token).seen, member], on: nil)
+        _ = try await store.send(["ZREM", app.legacySeen, member], on: nil)
+    }
+
+    func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError) {
+        let member = Self.seenMember(contact, token)
+        _ = try await store.send(["ZADD", app.shard(of: token).seen, String(millis), member], on: nil)
+        _ = try await store.send(["ZREM", app.legacySeen, member], on: nil)
     }
 
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {

@@ -167,6 +167,33 @@ public final class RedisStore: DedupeStore {
         return raw.map { result in Result { () throws(StoreError) in try Self.reply(result) } }
     }
 
+    /// Many commands through the pool, off the loops, up to 32 at a time (the pool pipelines
+    /// them): the replies in the commands' order, or the first failure. For the background work
+    /// that reads many keys at once (the sweeper's shards).
+    func sendConcurrently(_ commands: [[String]]) async throws(StoreError) -> [RedisReply] {
+        let results = await withTaskGroup(of: (Int, Result<RedisReply, StoreError>).self) { group in
+            var results = [Result<RedisReply, StoreError>?](repeating: nil, count: commands.count)
+            var next = 0
+            func start() {
+                let index = next
+                next += 1
+                group.addTask { [self] in
+                    do throws(StoreError) { return (index, .success(try await send(commands[index], on: nil))) } catch { return (index, .failure(error)) }
+                }
+            }
+            while next < min(32, commands.count) { start() }
+            while let (index, result) = await group.next() {
+                results[index] = result
+                if next < commands.count { start() }
+            }
+            return results
+        }
+        var replies: [RedisReply] = []
+        replies.reserveCapacity(results.count)
+        for case let result? in results { replies.append(try result.get()) }
+        return replies
+    }
+
     private typealias BatchContinuation = CheckedContinuation<[Result<RedisReply, RedisError>], Never>
 
     /// Sends every command on `loop`'s connection; call on `loop`.

@@ -54,13 +54,10 @@ public struct ContactKeys: Sendable, Equatable, Hashable {
     public var inventory: String { prefix + "inv" }
 }
 
-/// Where the inventory keeps one push token of one app, under the token's own hash tag
-/// (`pw:v2:{t:<sha256(app, token)>}:owner`): which contact holds it now, so a move is found.
+/// One push token of one app, as the inventory names it: by the hex SHA-256 of app and token
+/// (its field in its contact's inventory, and the name of its holder in its app's shard).
 public struct TokenKeys: Sendable, Equatable {
-    /// The hex SHA-256 of app and push token: the token's field in its contact's inventory.
     public let digest: String
-    /// The digest of the contact that holds the token.
-    public let owner: String
 
     public init(app: String, pushToken: String) {
         self.init(digest: KeyDigest.of(app, pushToken))
@@ -68,8 +65,25 @@ public struct TokenKeys: Sendable, Equatable {
 
     public init(digest: String) {
         self.digest = digest
-        owner = "pw:v2:{t:" + digest + "}:owner"
     }
+
+    /// Which of its app's `AppInventoryKeys.shardCount` shards holds the token: the digest's
+    /// first two hex digits (the digest is uniform, so the shards fill evenly).
+    public var shard: Int {
+        var value = 0
+        for byte in digest.utf8.prefix(2) {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value * 16 + Int(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value * 16 + Int(byte - UInt8(ascii: "a")) + 10
+            default: return 0
+            }
+        }
+        return value
+    }
+
+    /// Where builds before the shards kept the token's holder (`pw:v2:{t:<digest>}:owner`): read
+    /// when the shard has none, deleted with the installation.
+    public var legacyOwner: String { "pw:v2:{t:" + digest + "}:owner" }
 }
 
 /// The hex SHA-256 of an app id and one value, a zero byte between: what contact and token keys
@@ -84,18 +98,58 @@ enum KeyDigest {
     }
 }
 
-/// The per-app keys of the inventory, each its own hash tag (`pw:v2:{inv:<app digest>}:...`).
+/// The per-app keys of the inventory. What every registration writes (which contact holds a token,
+/// when the installation was last seen) is spread over `shardCount` shards, each its own hash tag
+/// (`pw:v2:{inv:<app>:<shard>}:...`, `<app>` the first 16 hex digits of the app's digest, the
+/// shard the token digest's first two): on a Redis Cluster an app's writes spread over 256 slots instead of one key on one
+/// master, and a token's holder and last-seen entry sit on one node.
 public struct AppInventoryKeys: Sendable, Equatable {
-    /// Every installation of the app by when it was last seen: a sorted set of
+    public static let shardCount = 256
+
+    /// The hex SHA-256 of the app id.
+    public let digest: String
+    /// Indexed by `TokenKeys.shard`.
+    public let shards: [InventoryShardKeys]
+    /// The sweeper's lease: one replica at a time sweeps an app.
+    public let sweepLease: String
+    /// The whole app's last-seen index of builds before the shards: still read by the sweeper
+    /// (so installations seen only before an upgrade still expire), never written.
+    public let legacySeen: String
+
+    public init(app: String) {
+        let digest = SHA256.hexHash(Array(app.utf8))
+        let digits = Array("0123456789abcdef")
+        self.digest = digest
+        // The digest's first 16 hex digits name the app in the shards' tags: enough to tell a
+        // policy's apps apart, and 48 bytes less in each token's holder key.
+        let app = String(digest.prefix(16))
+        shards = (0..<Self.shardCount).map { index in
+            InventoryShardKeys(prefix: "pw:v2:{inv:" + app + ":" + String(digits[index / 16]) + String(digits[index % 16]) + "}:")
+        }
+        let tag = "pw:v2:{inv:" + digest + "}:"
+        sweepLease = tag + "sweep"
+        legacySeen = tag + "seen"
+    }
+
+    public func shard(of token: TokenKeys) -> InventoryShardKeys { shards[token.shard] }
+}
+
+/// One shard of an app's inventory index, under one hash tag.
+public struct InventoryShardKeys: Sendable, Equatable {
+    /// `pw:v2:{inv:<app>:<shard>}:`, the prefix of the shard's keys.
+    public let prefix: String
+    /// The shard's installations by when they were last seen: a sorted set of
     /// `<contact digest>:<token digest>` scored by milliseconds since the epoch. What the expiry
     /// sweeper reads, oldest first.
     public let seen: String
-    /// The sweeper's lease: one replica at a time sweeps an app.
-    public let sweepLease: String
 
-    public init(app: String) {
-        let tag = "pw:v2:{inv:" + SHA256.hexHash(Array(app.utf8)) + "}:"
-        seen = tag + "seen"
-        sweepLease = tag + "sweep"
+    init(prefix: String) {
+        self.prefix = prefix
+        seen = prefix + "seen"
     }
+
+    /// Which contact holds the token now (the contact's digest): how a move is found and an
+    /// unregister bound to its contact. A key of its own, so that taking it answers the holder
+    /// before (`SET … GET`) without a script.
+    public func holder(of token: TokenKeys) -> String { prefix + "h:" + token.digest }
 }
