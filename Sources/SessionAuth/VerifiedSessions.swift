@@ -54,8 +54,10 @@ final class VerifiedSessions: Sendable {
 
     private static func insert(_ session: Session, for key: SHA256.Words, into g: inout Generations, half: Int) {
         if g.current.count >= half {
+            // The new generation grows as it fills: reserved whole, its table (~5 MiB at the
+            // default) would be in RSS after a few thousand sessions, spread over every page.
             g.previous = g.current
-            g.current = Dictionary(minimumCapacity: half)
+            g.current = [:]
         }
         g.current[key] = session
     }
