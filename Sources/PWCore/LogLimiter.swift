@@ -36,8 +36,10 @@ public final class LogLimiter: Sendable {
     /// Whether a line with this key may be written now: nil when it is to be left out, otherwise
     /// the number of lines of the key left out since the last one written.
     public func admit(_ key: String) -> Int? {
-        let now = now()
         return table.withLock { table -> Int? in
+            // Read under the lock: a time read before it could precede a window another thread
+            // started meanwhile, and the unsigned differences below would trap.
+            let now = now()
             var key = key
             if table[key] == nil, table.count >= maxKeys {
                 // Keys whose window is over are forgotten, with whatever count they held.

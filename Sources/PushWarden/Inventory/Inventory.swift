@@ -70,7 +70,8 @@ final class Inventory: Sendable {
         let interval = UInt64(max(intervalMillis, 1)) * 1_000_000
         let slot = Self.touchSlot(key)
         return touched.withLock { touched in
-            if let last = touched[slot], now - last < interval { return false }
+            // `last` may be a moment after `now`: another thread read the clock after this one.
+            if let last = touched[slot], now < last &+ interval { return false }
             if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
             touched[slot] = now
             return true

@@ -95,10 +95,12 @@ final class RateLimiter: Sendable {
     }
 
     private func admitLocally(app: AppPolicy, route: String, contactID: String, limit: ClientPolicy.RateLimit) -> ContractError? {
-        let now = MonotonicClock.nowMillis()
         let windowMillis = UInt64(limit.perSeconds) * 1000
         let key = app.id + "\u{0}" + route + "\u{0}" + contactID
         let retryAfter: Int? = state.withLock { state in
+            // Read under the lock: a time read before it could precede a window another thread
+            // started meanwhile, and the unsigned differences below would trap.
+            let now = MonotonicClock.nowMillis()
             if now - state.lastSweep > 60_000 {
                 state.windows = state.windows.filter { now - $0.value.start < 3_600_000 }
                 state.lastSweep = now
