@@ -18,21 +18,15 @@ import Testing
     /// A sidecar on the shared redis-server (`expire_after: 1500ms` when `expiring`) where alice
     /// has registered one iOS token, with a client of that Redis.
     static func registered(expiring: Bool, _ body: (SidecarHarness, MockVoyado, RedisClient, String) async throws -> Void) async throws {
-        let mock = try MockVoyado(apiKey: "voyado-key")
-        let h = try await SidecarHarness(upstreams: expiring ? Self.expiring(mock) : InventoryTests.voyado(mock), secrets: InventoryTests.secrets)
-        let redis = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
-        defer { redis.close() }
-        let token = InventoryTests.apns()
-        #expect(try await h.post("/installations", InventoryTests.ios(token)).status == 202)
-        do {
+        try await withSidecar(try MockVoyado(apiKey: "voyado-key"), { mock in
+            try await SidecarHarness(upstreams: expiring ? Self.expiring(mock) : InventoryTests.voyado(mock), secrets: InventoryTests.secrets)
+        }) { h, mock in
+            let redis = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+            defer { redis.close() }
+            let token = InventoryTests.apns()
+            #expect(try await h.post("/installations", InventoryTests.ios(token)).status == 202)
             try await body(h, mock, redis, token)
-        } catch {
-            await h.stop()
-            await mock.stop()
-            throw error
         }
-        await h.stop()
-        await mock.stop()
     }
 
     @Test func aTokensHolderAndLastSeenSitInItsShard() async throws {
