@@ -11,6 +11,9 @@ final class Inventory: Sendable {
     let sealer: StoreSealer
     /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
     let clock: @Sendable () -> Int64
+    /// Monotonic nanoseconds: when a dedupe hit last refreshed an installation. Read before the
+    /// memory's lock, so a time read here may be earlier than one another thread wrote under it.
+    private let monotonicNanos: @Sendable () -> UInt64
 
     /// When this process last wrote each installation's last-seen time on a dedupe hit (by a
     /// 64-bit hash of the registration's fingerprint, monotonic nanoseconds). Bounded: emptied
@@ -32,10 +35,12 @@ final class Inventory: Sendable {
     private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
     init(store: any InventoryStore, sealer: StoreSealer = .none,
-         clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) }) {
+         clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) },
+         monotonicNanos: @escaping @Sendable () -> UInt64 = { MonotonicClock.nowNanos() }) {
         self.store = store
         self.sealer = sealer
         self.clock = clock
+        self.monotonicNanos = monotonicNanos
     }
 
     /// One kept installation, opened.
@@ -66,7 +71,7 @@ final class Inventory: Sendable {
     /// Whether a dedupe hit should refresh the installation's last-seen time now: at most once
     /// per `intervalMillis` per installation and process.
     func touchDue(_ key: String, intervalMillis: Int) -> Bool {
-        let now = MonotonicClock.nowNanos()
+        let now = monotonicNanos()
         let interval = UInt64(max(intervalMillis, 1)) * 1_000_000
         let slot = Self.touchSlot(key)
         return touched.withLock { touched in
@@ -80,7 +85,7 @@ final class Inventory: Sendable {
 
     /// Notes that the installation's record was just written (a registration that was forwarded).
     func touched(_ key: String) {
-        let now = MonotonicClock.nowNanos()
+        let now = monotonicNanos()
         let slot = Self.touchSlot(key)
         touched.withLock { touched in
             if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
