@@ -232,7 +232,9 @@ final class RequestContext: Sendable {
         for field in response.headers {
             if HTTPHeaders.equalsIgnoringCase(field.name, "Connection") { hasClose = true }
             // MHD rejects fields it owns (Content-Length) and values with line breaks; drop them.
-            _ = MHD_add_response_header(mhdResponse, field.name, field.value)
+            _ = withNulTerminated(field.name) { name in
+                withNulTerminated(field.value) { value in MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
         if forceClose && !hasClose {
             _ = MHD_add_response_header(mhdResponse, "Connection", "close")
@@ -251,6 +253,8 @@ final class RequestContext: Sendable {
     private static func makeHead(connection: OpaquePointer, method: UnsafePointer<CChar>, rawTarget: String) -> HTTPRequestHead {
         let (path, query) = splitTarget(rawTarget)
         var head = HTTPRequestHead(method: String(cString: method), path: path, query: query)
+        // A client's head carries a handful of fields: room for them at once instead of growing 1, 2, 4, 8.
+        head.headers.reserveCapacity(12)
         withUnsafeMutablePointer(to: &head.headers) { headers in
             _ = MHD_get_connection_values_n(connection, .HEADER_KIND, collectHeader, UnsafeMutableRawPointer(headers))
         }
@@ -282,4 +286,21 @@ private func collectHeader(
     let text = value.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: valueSize), as: UTF8.self) } ?? ""
     headers.pointee.add(name, text)
     return .YES
+}
+
+/// Calls `body` with `text` as a NUL-terminated C string, copied to the stack when short (a header
+/// name or value) instead of the heap copy that passing a `String` as a C pointer makes for a
+/// literal or a small string.
+func withNulTerminated<R>(_ text: String, _ body: (UnsafePointer<CChar>) -> R) -> R {
+    var text = text
+    return text.withUTF8 { utf8 in
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: utf8.count + 1) { buffer in
+            let base = buffer.baseAddress!
+            utf8.withMemoryRebound(to: CChar.self) { source in
+                if let from = source.baseAddress { base.update(from: from, count: source.count) }
+            }
+            base[utf8.count] = 0
+            return body(base)
+        }
+    }
 }

@@ -29,6 +29,9 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
     public mutating func add(_ name: String, _ value: String) { fields.append(Field(name, value)) }
 
+    /// Room for `count` fields without growing: a request head's fields arrive one by one.
+    public mutating func reserveCapacity(_ count: Int) { fields.reserveCapacity(count) }
+
     /// Replaces every field named `name` with one field.
     public mutating func set(_ name: String, _ value: String) {
         remove(name)

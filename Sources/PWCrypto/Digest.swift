@@ -109,19 +109,73 @@ public enum SHA256 {
     }
 }
 
+extension SHA256 {
+    /// The digest of `first`, `second` and `third` (when given) joined by single zero bytes, its
+    /// first `hexDigits` hex digits written between `prefix` and `suffix`: a store key named by a
+    /// digest of what it holds, built in one allocation (the parts are hashed where they lie).
+    public static func hexHash(joining first: String, _ second: String, _ third: String? = nil, hexDigits: Int = 2 * byteCount,
+                               prefix: StaticString = "", suffix: StaticString = "") -> String {
+        precondition(hexDigits >= 0 && hexDigits <= 2 * byteCount && hexDigits % 2 == 0)
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: byteCount) { digest in
+            DigestContexts.with { ctx in
+                var length: UInt32 = 0
+                var separator: UInt8 = 0
+                var ok = EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1
+                func update(_ part: String) {
+                    var part = part
+                    part.withUTF8 { bytes in ok = ok && EVP_DigestUpdate(ctx, bytes.baseAddress, bytes.count) == 1 }
+                }
+                update(first)
+                ok = ok && EVP_DigestUpdate(ctx, &separator, 1) == 1
+                update(second)
+                if let third {
+                    ok = ok && EVP_DigestUpdate(ctx, &separator, 1) == 1
+                    update(third)
+                }
+                guard ok, EVP_DigestFinal_ex(ctx, digest.baseAddress!, &length) == 1, length == UInt32(byteCount) else {
+                    fatalError("SHA-256 failed: \(drainOpenSSLErrors())")
+                }
+            }
+            return Hex.encode(buffer: UnsafeBufferPointer(rebasing: digest.prefix(hexDigits / 2)), prefix: prefix, suffix: suffix)
+        }
+    }
+
+    /// The first `hexDigits` hex digits of the digest of `bytes` (one allocation: the string).
+    public static func hexHash(_ bytes: some Collection<UInt8>, hexDigits: Int) -> String {
+        precondition(hexDigits >= 0 && hexDigits <= 2 * byteCount && hexDigits % 2 == 0)
+        return withContiguousBytes(bytes) { input in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: byteCount) { digest in
+                sha256(input, into: digest.baseAddress!)
+                return Hex.encode(buffer: UnsafeBufferPointer(rebasing: digest.prefix(hexDigits / 2)))
+            }
+        }
+    }
+}
+
 public enum Hex {
     /// Lowercase hex of `bytes`.
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
         withContiguousBytes(bytes) { encode(buffer: $0) }
     }
 
-    static func encode(buffer bytes: UnsafeBufferPointer<UInt8>) -> String {
-        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
-            for (i, b) in bytes.enumerated() {
-                out[2 * i] = digit(b >> 4)
-                out[2 * i + 1] = digit(b & 0x0F)
+    static func encode(buffer bytes: UnsafeBufferPointer<UInt8>, prefix: StaticString = "", suffix: StaticString = "") -> String {
+        let count = prefix.utf8CodeUnitCount + bytes.count * 2 + suffix.utf8CodeUnitCount
+        return String(unsafeUninitializedCapacity: count) { out in
+            var at = 0
+            for byte in UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount) {
+                out[at] = byte
+                at += 1
             }
-            return bytes.count * 2
+            for b in bytes {
+                out[at] = digit(b >> 4)
+                out[at + 1] = digit(b & 0x0F)
+                at += 2
+            }
+            for byte in UnsafeBufferPointer(start: suffix.utf8Start, count: suffix.utf8CodeUnitCount) {
+                out[at] = byte
+                at += 1
+            }
+            return at
         }
     }
 

@@ -33,6 +33,6 @@ enum Fingerprint {
         add(settings)
         if let credential { add(credential) }
         // The first 16 bytes as hex: the first 32 hex digits of the digest.
-        return Hex.encode(SHA256.hash(material).prefix(16))
+        return SHA256.hexHash(material, hexDigits: 32)
     }
 }

@@ -57,6 +57,7 @@ final class AppRuntime: Sendable {
     func answer(_ outcomes: [(String, UpstreamOutcome)], logger: Logger, requestID: String) throws(ContractError) -> JSONObject {
         let primaryName = policy.primary?.name
         var map = JSONObject()
+        map.members.reserveCapacity(outcomes.count)
         for (name, outcome) in outcomes {
             if case .failed(let failure) = outcome {
                 if name == primaryName { throw failure.contractError }

@@ -256,9 +256,7 @@ public final class ClientAPIHandler: HTTPHandler {
         let response: HTTPResponse
         switch result {
         case .success(let members):
-            var body = JSONObject([JSONMember("request_id", .string(requestID))])
-            body.members.append(contentsOf: members.members)
-            response = Responses.json(202, .object(body), requestID: requestID)
+            response = Responses.accepted(members, requestID: requestID)
         case .failure(let error):
             if error.code == .internal {
                 logger.bounded(.error, "internal error", key: app, [("request_id", requestID), ("detail", error.message)])
@@ -387,21 +385,40 @@ enum RequestID {
 /// The JSON responses every route shares.
 enum Responses {
     static func json(_ status: Int, _ body: JSONValue, requestID: String, extra: HTTPHeaders = [:]) -> HTTPResponse {
-        var headers: HTTPHeaders = [
-            "Content-Type": "application/json",
-            "X-Request-Id": requestID,
-            "Cache-Control": "no-store",
-        ]
+        var headers = headers(requestID: requestID)
         for field in extra { headers.add(field.name, field.value) }
         return HTTPResponse(status: status, headers: headers, body: body.encoded())
     }
 
+    /// The 202: `request_id` first, then `members`, written straight into the body (the hot
+    /// path's answer: no intermediate JSON values).
+    static func accepted(_ members: JSONObject, requestID: String) -> HTTPResponse {
+        var body: [UInt8] = []
+        body.reserveCapacity(128 + requestID.utf8.count)
+        body.append(contentsOf: #"{"request_id":"#.utf8)
+        JSONValue.writeString(requestID, into: &body)
+        for member in members.members {
+            body.append(UInt8(ascii: ","))
+            JSONValue.writeString(member.key, into: &body)
+            body.append(UInt8(ascii: ":"))
+            member.value.write(into: &body)
+        }
+        body.append(UInt8(ascii: "}"))
+        return HTTPResponse(status: 202, headers: headers(requestID: requestID), body: body)
+    }
+
+    /// The fields every JSON answer carries, with room for the few an error adds.
+    private static func headers(requestID: String) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(5)
+        headers.add("Content-Type", "application/json")
+        headers.add("X-Request-Id", requestID)
+        headers.add("Cache-Control", "no-store")
+        return headers
+    }
+
     static func error(_ error: ContractError, requestID: String) -> HTTPResponse {
-        var headers: HTTPHeaders = [
-            "Content-Type": "application/json",
-            "X-Request-Id": requestID,
-            "Cache-Control": "no-store",
-        ]
+        var headers = headers(requestID: requestID)
         if let retryAfter = error.retryAfter { headers.add("Retry-After", String(retryAfter)) }
         if error.code == .methodNotAllowed { headers.add("Allow", "POST") }
         if error.code == .unauthorized { headers.add("WWW-Authenticate", "Bearer") }

@@ -9,23 +9,17 @@ import PWCrypto
 /// one node. Keys of the `pw:v1:` layout (before the tags) are not read: a registration kept there
 /// is simply forwarded once more.
 public struct RegistrationKeys: Sendable, Equatable {
-    /// `pw:v2:{<digest>}:`, the prefix of every key below.
-    private let tag: String
-    /// Made with the keys: every registration looks at it; the others are spelled out only by
-    /// the steps that need them (a dedupe hit builds no other key).
+    /// `pw:v2:{<digest>}:reg`. Made with the keys, in one allocation: every registration looks at
+    /// it; the others are spelled out only by the steps that need them (a dedupe hit builds no
+    /// other key).
     public let entry: String
-    public var lock: String { tag + "lock" }
-    public var identity: String { tag + "id" }
+    /// `pw:v2:{<digest>}:`, the prefix of every key here.
+    private var tag: Substring { entry.dropLast(3) }
+    public var lock: String { String(tag) + "lock" }
+    public var identity: String { String(tag) + "id" }
 
     public init(app: String, upstream: String, pushToken: String) {
-        var material = Array(app.utf8)
-        material.reserveCapacity(material.count + upstream.utf8.count + pushToken.utf8.count + 2)
-        material.append(0)
-        material.append(contentsOf: upstream.utf8)
-        material.append(0)
-        material.append(contentsOf: pushToken.utf8)
-        tag = "pw:v2:{" + SHA256.hexHash(material) + "}:"
-        entry = tag + "reg"
+        entry = SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:reg")
     }
 }
 
@@ -90,11 +84,7 @@ public struct TokenKeys: Sendable, Equatable {
 /// are named by.
 enum KeyDigest {
     static func of(_ app: String, _ value: String) -> String {
-        var material = Array(app.utf8)
-        material.reserveCapacity(material.count + 1 + value.utf8.count)
-        material.append(0)
-        material.append(contentsOf: value.utf8)
-        return SHA256.hexHash(material)
+        SHA256.hexHash(joining: app, value)
     }
 }
 
