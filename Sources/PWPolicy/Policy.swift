@@ -229,7 +229,7 @@ public struct SessionPolicy: Sendable, Equatable {
     /// again before its `exp` (`verified_cache`; 0: every token is verified on every request).
     public var verifiedCache: Int
 
-    public static let defaultVerifiedCache = 65_536
+    public static let defaultVerifiedCache = 131_072
 
     public init(header: String?, cookie: String?, algorithms: [JWTAlgorithm], keys: Keys, issuer: String?,
                 audience: String?, contactClaim: String, leewaySeconds: Int, verifiedCache: Int = SessionPolicy.defaultVerifiedCache) {

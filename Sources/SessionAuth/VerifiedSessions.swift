@@ -5,8 +5,9 @@ import Synchronization
 /// reports events and unregisters with one session) is not verified again.
 ///
 /// What makes it safe:
-/// - The key is the SHA-256 of the whole token: only the very bytes that were verified find the
-///   entry; a token that differs anywhere (another signature, claim or header) is verified whole.
+/// - The key is the SHA-256 of the whole token (its first 128 bits): only the very bytes that were
+///   verified find the entry; a token that differs anywhere (another signature, claim or header)
+///   is verified whole.
 /// - Only accepted sessions go in, so a refused token is refused again, however often it comes.
 /// - An entry is used only while the clock is before the token's `exp` (without the leeway the
 ///   full check allows: after `exp` the token is verified again, and not kept).
@@ -16,12 +17,63 @@ import Synchronization
 ///   older is dropped whole, and a session found in the older moves to the newer. So a session
 ///   used again within about `capacity / 2` new ones stays (close to least-recently-used, with no
 ///   per-entry bookkeeping on the hot path). Capacity 0 keeps none.
+/// - Each entry is 56 bytes in its table: the first 128 bits of the token's digest (finding a
+///   second token with the same 128 bits takes about 2^128 tries), the contact id, the subject
+///   only where it is not the contact id, and `exp`. A generation's table grows as it fills, so
+///   an app with few sessions holds little.
 ///
 /// Thread-safety: one lock around both generations; the work under it is one or two lookups.
 final class VerifiedSessions: Sendable {
+    /// The first half of the token's SHA-256.
+    struct Key: Hashable {
+        let w0, w1: UInt64
+
+        init(_ words: SHA256.Words) {
+            w0 = words.w0
+            w1 = words.w1
+        }
+
+        func hash(into hasher: inout Hasher) {
+            // Already a uniform digest: one word spreads the buckets as well as both.
+            hasher.combine(w0)
+        }
+    }
+
+    /// A session as kept: 40 bytes instead of `Session`'s 48, the subject not repeated.
+    private struct Kept {
+        enum Subject {
+            case contactID
+            case none
+            case other(String)
+        }
+
+        let contactID: String
+        let subject: Subject
+        let expiresAt: Double
+
+        init?(_ session: Session) {
+            guard let expiresAt = session.expiresAt else { return nil }
+            contactID = session.contactID
+            switch session.subject {
+            case nil: subject = .none
+            case let value? where value == session.contactID: subject = .contactID
+            case let value?: subject = .other(value)
+            }
+            self.expiresAt = expiresAt
+        }
+
+        var session: Session {
+            switch subject {
+            case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt)
+            case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt)
+            case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt)
+            }
+        }
+    }
+
     private struct Generations {
-        var current: [SHA256.Words: Session] = [:]
-        var previous: [SHA256.Words: Session] = [:]
+        var current: [Key: Kept] = [:]
+        var previous: [Key: Kept] = [:]
     }
 
     let capacity: Int
@@ -35,31 +87,32 @@ final class VerifiedSessions: Sendable {
     func session(for key: SHA256.Words, now: Double) -> Session? {
         guard capacity > 0 else { return nil }
         let half = capacity / 2
-        let found = generations.withLock { g -> Session? in
-            if let session = g.current[key] { return session }
-            guard let session = g.previous.removeValue(forKey: key) else { return nil }
-            Self.insert(session, for: key, into: &g, half: half)
-            return session
+        let key = Key(key)
+        let found = generations.withLock { g -> Kept? in
+            if let kept = g.current[key] { return kept }
+            guard let kept = g.previous.removeValue(forKey: key) else { return nil }
+            Self.insert(kept, for: key, into: &g, half: half)
+            return kept
         }
-        guard let found, let expiresAt = found.expiresAt, now < expiresAt else { return nil }
-        return found
+        guard let found, now < found.expiresAt else { return nil }
+        return found.session
     }
 
     /// Keeps `session` (verified just now) for `key`, unless it is already expired.
     func keep(_ session: Session, for key: SHA256.Words, now: Double) {
-        guard capacity > 0, let expiresAt = session.expiresAt, now < expiresAt else { return }
+        guard capacity > 0, let kept = Kept(session), now < kept.expiresAt else { return }
         let half = capacity / 2
-        generations.withLock { Self.insert(session, for: key, into: &$0, half: half) }
+        generations.withLock { Self.insert(kept, for: Key(key), into: &$0, half: half) }
     }
 
-    private static func insert(_ session: Session, for key: SHA256.Words, into g: inout Generations, half: Int) {
+    private static func insert(_ kept: Kept, for key: Key, into g: inout Generations, half: Int) {
         if g.current.count >= half {
-            // The new generation grows as it fills: reserved whole, its table (~5 MiB at the
-            // default) would be in RSS after a few thousand sessions, spread over every page.
+            // The new generation grows as it fills: reserved whole, its table would be in RSS
+            // after a few thousand sessions, spread over every page.
             g.previous = g.current
             g.current = [:]
         }
-        g.current[key] = session
+        g.current[key] = kept
     }
 
     func removeAll() {

@@ -12,8 +12,8 @@ import Testing
 
     @Test func byDefaultSessionsAreKeptAndTheExplainerSaysHowMany() throws {
         let policy = try PolicyLoader.load(text: Self.policy(nil), path: "t.yaml").get()
-        #expect(policy.apps.first?.session.jwt?.verifiedCache == 65_536)
-        #expect(PolicyExplainer.explain(policy).contains("up to 65536 accepted sessions are kept by a hash of the token"))
+        #expect(policy.apps.first?.session.jwt?.verifiedCache == 131_072)
+        #expect(PolicyExplainer.explain(policy).contains("up to 131072 accepted sessions are kept by a hash of the token"))
     }
 
     @Test func zeroVerifiesEveryTokenOnEveryRequest() throws {
