@@ -11,36 +11,18 @@ final class Inventory: Sendable {
     let sealer: StoreSealer
     /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
     let clock: @Sendable () -> Int64
-    /// Monotonic nanoseconds: when a dedupe hit last refreshed an installation. Read before the
-    /// memory's lock, so a time read here may be earlier than one another thread wrote under it.
-    private let monotonicNanos: @Sendable () -> UInt64
-
-    /// When this process last wrote each installation's last-seen time on a dedupe hit (by a
-    /// 64-bit hash of the registration's fingerprint, monotonic nanoseconds). Bounded: emptied
-    /// when it grows past `touchMemory`, which at worst costs one write per installation. 16
-    /// bytes an entry (about 5 MiB when full): keyed by the fingerprint's text it held ~110 bytes
-    /// an entry, ~22 MiB that the sidecar's RSS carried after a registration storm. Two
-    /// installations whose hashes collide share one time: one may see its last-seen refreshed up
-    /// to one interval later, never expired early by it (a write it skips is at most one
-    /// interval late, and the interval is a tenth of `expire_after`).
-    private let touched = Mutex<[UInt64: UInt64]>([:])
-    private static let touchMemory = 200_000
-
-    private static func touchSlot(_ key: String) -> UInt64 {
-        var hasher = Hasher()
-        hasher.combine(key)
-        return UInt64(bitPattern: Int64(hasher.finalize()))
-    }
+    /// When this process last wrote each installation's last-seen time on a dedupe hit.
+    private let touches: TouchMemory
     /// Each app's inventory keys, hashed once (a policy names a handful of apps).
     private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
     init(store: any InventoryStore, sealer: StoreSealer = .none,
          clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) },
-         monotonicNanos: @escaping @Sendable () -> UInt64 = { MonotonicClock.nowNanos() }) {
+         touches: TouchMemory = TouchMemory()) {
         self.store = store
         self.sealer = sealer
         self.clock = clock
-        self.monotonicNanos = monotonicNanos
+        self.touches = touches
     }
 
     /// One kept installation, opened.
@@ -71,26 +53,12 @@ final class Inventory: Sendable {
     /// Whether a dedupe hit should refresh the installation's last-seen time now: at most once
     /// per `intervalMillis` per installation and process.
     func touchDue(_ key: String, intervalMillis: Int) -> Bool {
-        let now = monotonicNanos()
-        let interval = UInt64(max(intervalMillis, 1)) * 1_000_000
-        let slot = Self.touchSlot(key)
-        return touched.withLock { touched in
-            // `last` may be a moment after `now`: another thread read the clock after this one.
-            if let last = touched[slot], now < last &+ interval { return false }
-            if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
-            touched[slot] = now
-            return true
-        }
+        touches.due(key, intervalMillis: intervalMillis)
     }
 
     /// Notes that the installation's record was just written (a registration that was forwarded).
     func touched(_ key: String) {
-        let now = monotonicNanos()
-        let slot = Self.touchSlot(key)
-        touched.withLock { touched in
-            if touched.count >= Self.touchMemory { touched.removeAll(keepingCapacity: true) }
-            touched[slot] = now
-        }
+        touches.written(key)
     }
 
     /// How stale a last-seen time may get on dedupe hits: a tenth of `expire_after`, and at most

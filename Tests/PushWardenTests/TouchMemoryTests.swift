@@ -1,0 +1,73 @@
+@testable import PushWarden
+import Synchronization
+import Testing
+
+/// When a dedupe hit refreshes an installation's last-seen time: at most once per interval, with
+/// a monotonic clock that two loops read before taking the table's lock, so one may hand in a
+/// time earlier than the one the other just wrote (the race that trapped `touchDue` in CI).
+@Suite struct TouchMemoryTests {
+    /// A monotonic clock the test sets by hand.
+    final class HandClock: Sendable {
+        private let nanos = Mutex<UInt64>(0)
+        func set(millis: UInt64) { nanos.withLock { $0 = millis * 1_000_000 } }
+        func read() -> UInt64 { nanos.withLock { $0 } }
+    }
+
+    static func memory(_ clock: HandClock, slots: Int = TouchMemory.defaultSlots) -> TouchMemory {
+        TouchMemory(slots: slots, now: { clock.read() })
+    }
+
+    @Test func aHitRefreshesOncePerInterval() {
+        let clock = HandClock()
+        let memory = Self.memory(clock)
+        clock.set(millis: 10_000)
+        #expect(memory.due("fp-a", intervalMillis: 1_000))
+        #expect(!memory.due("fp-a", intervalMillis: 1_000))
+        clock.set(millis: 10_999)
+        #expect(!memory.due("fp-a", intervalMillis: 1_000))
+        clock.set(millis: 11_000)
+        #expect(memory.due("fp-a", intervalMillis: 1_000))
+    }
+
+    @Test func aTimeEarlierThanTheLastWrittenIsNotDueAndDoesNotTrap() {
+        let clock = HandClock()
+        let memory = Self.memory(clock)
+        clock.set(millis: 50_000)
+        #expect(memory.due("fp", intervalMillis: 1_000))
+        // A loop that read the clock just before the write above comes in second.
+        clock.set(millis: 49_999)
+        #expect(!memory.due("fp", intervalMillis: 1_000))
+        clock.set(millis: 0)
+        #expect(!memory.due("fp", intervalMillis: 1_000))
+        // The write that won still counts: due again one interval after it, not after the late read.
+        clock.set(millis: 51_000)
+        #expect(memory.due("fp", intervalMillis: 1_000))
+    }
+
+    @Test func aForwardedRegistrationCountsAsWrittenEvenWhenItsTimeIsEarlier() {
+        let clock = HandClock()
+        let memory = Self.memory(clock)
+        clock.set(millis: 20_000)
+        #expect(memory.due("fp", intervalMillis: 1_000))
+        clock.set(millis: 19_500)
+        memory.written("fp")
+        clock.set(millis: 20_400)
+        #expect(!memory.due("fp", intervalMillis: 1_000))
+        clock.set(millis: 20_500)
+        #expect(memory.due("fp", intervalMillis: 1_000))
+    }
+
+    /// One slot for two installations: each hit of one takes the slot from the other, so both
+    /// keep writing; neither is ever held back by the other's time.
+    @Test func installationsSharingASlotNeverHoldEachOtherBack() {
+        let clock = HandClock()
+        let memory = Self.memory(clock, slots: 1)
+        clock.set(millis: 1_000)
+        #expect(memory.due("fp-a", intervalMillis: 60_000))
+        #expect(memory.due("fp-b", intervalMillis: 60_000))
+        #expect(memory.due("fp-a", intervalMillis: 60_000))
+        #expect(memory.due("fp-b", intervalMillis: 60_000))
+        // The last writer is still remembered.
+        #expect(!memory.due("fp-b", intervalMillis: 60_000))
+    }
+}
