@@ -5,16 +5,18 @@ import PWCrypto
 import PWPolicy
 import SessionAuth
 
-/// `bench-tool profile [--iterations N] [--pool N] [--stage all|auth|validate|hash|encode]`
+/// `bench-tool profile [--iterations N] [--pool N] [--stage all|auth|validate|hash|encode|es256]`
 ///
 /// A CPU profiling driver for the pure-Swift work of one dedupe-hit registration, without any
 /// server or Redis: session check (HS256), body validation, the dedupe-key and fingerprint
 /// digests, and the 202 body. Prints nanoseconds per iteration. `--stage` times one piece alone
-/// (its inputs prepared outside the timed loop). Benchmark tooling only.
+/// (its inputs prepared outside the timed loop); `es256` times one ES256 signature verification
+/// through `PublicKey` alone, beside what `openssl speed ecdsap256` reports. Benchmark tooling only.
 func runProfile() throws {
     let iterations = value("--iterations").flatMap(Int.init) ?? 1_000_000
     let pool = value("--pool").flatMap(Int.init) ?? 10_000
     let stage = value("--stage") ?? "all"
+    if stage == "es256" { return try profileES256(iterations: iterations) }
     let yaml = BenchPolicy.yaml(mockPort: 9)
     let policy: Policy
     switch PolicyLoader.load(text: yaml, path: "profile.yaml") {
@@ -104,4 +106,24 @@ func runProfile() throws {
     }
     let elapsed = DispatchTime.now().uptimeNanoseconds - start
     print("profile \(stage): \(iterations) iterations, pool \(pool): \(Double(elapsed) / Double(iterations)) ns/iteration (checksum \(checksum))")
+}
+
+/// ES256 verifications through `PublicKey`, round-robin over 256 signed JWS signing inputs.
+private func profileES256(iterations: Int) throws {
+    let key = try PrivateKey.generateP256()
+    let publicKey = key.publicKey
+    var signed: [(message: [UInt8], signature: [UInt8])] = []
+    for i in 0..<256 {
+        let message = Array("eyJhbGciOiJFUzI1NiJ9.payload-\(i)".utf8)
+        signed.append((message, try key.signES256(message: message)))
+    }
+    var accepted = 0
+    let start = DispatchTime.now().uptimeNanoseconds
+    for i in 0..<iterations {
+        let (message, signature) = signed[i & 255]
+        if publicKey.verifyES256(signature: signature, message: message) { accepted += 1 }
+    }
+    let elapsed = DispatchTime.now().uptimeNanoseconds - start
+    guard accepted == iterations else { throw SessionConfigError("profile es256: \(iterations - accepted) signatures refused") }
+    print("profile es256: \(iterations) verifications: \(Double(elapsed) / Double(iterations)) ns/verification")
 }
