@@ -302,6 +302,8 @@ if want hit; then
   # ceilings for any hit path built on them.
   LUA= run floor_inline "http://127.0.0.1:$floor_port/inline" "$HIT_CONNECTIONS" "$DURATION"
   LUA= run floor_redis "http://127.0.0.1:$floor_port/redis" "$HIT_CONNECTIONS" "$DURATION"
+  # The same with P1's own requests and a hit's answer: the HTTP exchange a hit cannot avoid.
+  LUA=$register_lua run floor_hit_shape "http://127.0.0.1:$floor_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_hs256 "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
@@ -324,6 +326,8 @@ if want es256; then
   verify=$(openssl speed -seconds 3 -multi "$(nproc)" ecdsap256 2>/dev/null | awk '/256 bits ecdsa/ {print $NF}')
   fact openssl_es256_verify "$verify"
   LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
+  # Not a bar: that exchange with one ES256 verification and nothing else, the ceiling of P1 ES256.
+  LUA=$register_lua run floor_es256 "http://127.0.0.1:$floor_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
 fi
 # Sessions reused: ES256 sessions, each sent 10 times over the run (a client that registers,
 # reports events and unregisters with one session), beside P1 HS256 of the same run. The pool is

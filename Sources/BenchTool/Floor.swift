@@ -2,6 +2,8 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import Loops
+import PWCore
+import PWCrypto
 import RedisClient
 import Synchronization
 
@@ -19,12 +21,19 @@ import Synchronization
 ///   in. The ceiling of a queued accept, beside `/redis`, the ceiling of a hit;
 /// - `POST /forward`: the request body posted to `--upstream` with our `HTTPClient` (a task, as
 ///   in PushWarden), answered 202 once the upstream answered 2xx: a forward with no Redis, no
-///   session check and no validation.
+///   session check and no validation;
+/// - `POST /v1/apps/<app>/installations` (P1's own requests, sessions and bodies): one `GET`, then
+///   a 202 of a dedupe hit's shape (its three fields and a body of its length): the HTTP exchange a
+///   hit cannot avoid plus its Redis round trip, where `/redis` is a bare GET and a bare 202;
+/// - the same for app `benches`, with one ES256 verification (a signature made at start) before
+///   the `GET`: the ceiling of P1 ES256, where every token is verified.
 /// Whatever a real hit costs beyond `/redis` is PushWarden's own work. Benchmark tooling only.
 struct FloorHandler: HTTPHandler {
     let redis: RedisClient
     let client: HTTPClient
     let upstream: String
+    /// What `/v1/apps/benches/...` verifies on every request.
+    let es256: (key: PublicKey, message: [UInt8], signature: [UInt8])
     static let key: [[UInt8]] = [Array("GET".utf8), Array("pw-floor".utf8)]
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision { .readBody(limit: 1 << 16) }
@@ -72,9 +81,37 @@ struct FloorHandler: HTTPHandler {
                 responder.respond(HTTPResponse(status: (200..<300).contains(status) ? 202 : 502))
             }
         default:
-            responder.respond(HTTPResponse(status: 404))
+            guard request.head.path.hasPrefix("/v1/apps/") else {
+                responder.respond(HTTPResponse(status: 404))
+                return
+            }
+            if request.head.path.hasPrefix("/v1/apps/benches/"),
+               !es256.key.verifyES256(signature: es256.signature, message: es256.message) {
+                responder.respond(HTTPResponse(status: 401))
+                return
+            }
+            redis.send(bytes: Self.key, on: loop) { result in
+                guard case .success = result else {
+                    responder.respond(HTTPResponse(status: 503))
+                    return
+                }
+                responder.respond(Self.hitShaped())
+            }
         }
     }
+
+    /// A 202 of a dedupe hit's shape: PushWarden's three fields and a body of its length.
+    private static func hitShaped() -> HTTPResponse {
+        let id = requestIDPrefix + String(accepted.wrappingAdd(1, ordering: .relaxed).oldValue, radix: 36)
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(3)
+        headers.add("Content-Type", "application/json")
+        headers.add("X-Request-Id", id)
+        headers.add("Cache-Control", "no-store")
+        return HTTPResponse(status: 202, headers: headers, body: Array(#"{"request_id":"\#(id)","upstreams":{"voyado":"unchanged"}}"#.utf8))
+    }
+
+    private static let requestIDPrefix = "Fl00rBench00-"
 
     private static let accepted = Atomic<UInt64>(0)
     private static let fingerprint = String(repeating: "f", count: 64)
@@ -100,7 +137,10 @@ func runFloor() throws {
     let configuration = HTTPServerConfiguration(
         port: port, threads: value("--threads").flatMap(Int.init) ?? HTTPServerConfiguration.coreCount, name: "floor")
     let client = try HTTPClient(configuration: HTTPClientConfiguration(maxConnectionsPerHost: 512, maxTotalConnections: 1024))
-    let handler = FloorHandler(redis: redis, client: client, upstream: value("--upstream") ?? "http://127.0.0.1:1/")
+    let signing = try PrivateKey.generateP256()
+    let message = Array("eyJhbGciOiJFUzI1NiIsImtpZCI6ImZsb29yIn0.eyJzdWIiOiJjb250YWN0LTEiLCJhdWQiOiJiZW5jaCJ9".utf8)
+    let handler = FloorHandler(redis: redis, client: client, upstream: value("--upstream") ?? "http://127.0.0.1:1/",
+                               es256: (signing.publicKey, message, try signing.signES256(message: message)))
     let server = try HTTPServer(configuration: configuration, handler: handler)
     FileHandle.standardOutput.write(Data("floor listening on 127.0.0.1:\(server.port)\n".utf8))
     withExtendedLifetime(server) {
