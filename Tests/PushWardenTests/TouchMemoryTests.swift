@@ -13,8 +13,8 @@ import Testing
         func read() -> UInt64 { nanos.withLock { $0 } }
     }
 
-    static func memory(_ clock: HandClock, slots: Int = TouchMemory.defaultSlots) -> TouchMemory {
-        TouchMemory(slots: slots, now: { clock.read() })
+    static func memory(_ clock: HandClock, capacity: Int = TouchMemory.defaultCapacity) -> TouchMemory {
+        TouchMemory(capacity: capacity, now: { clock.read() })
     }
 
     @Test func aHitRefreshesOncePerInterval() {
@@ -57,17 +57,17 @@ import Testing
         #expect(memory.due("fp", intervalMillis: 1_000))
     }
 
-    /// One slot for two installations: each hit of one takes the slot from the other, so both
-    /// keep writing; neither is ever held back by the other's time.
-    @Test func installationsSharingASlotNeverHoldEachOtherBack() {
+    /// Full, it forgets every installation at once: each writes once more, none is held back.
+    @Test func aFullMemoryForgetsAllAndEachWritesOnceMore() {
         let clock = HandClock()
-        let memory = Self.memory(clock, slots: 1)
+        let memory = Self.memory(clock, capacity: 2)
         clock.set(millis: 1_000)
         #expect(memory.due("fp-a", intervalMillis: 60_000))
         #expect(memory.due("fp-b", intervalMillis: 60_000))
+        #expect(!memory.due("fp-a", intervalMillis: 60_000))
+        // A third installation finds it full: the memory starts over with it.
+        #expect(memory.due("fp-c", intervalMillis: 60_000))
+        #expect(!memory.due("fp-c", intervalMillis: 60_000))
         #expect(memory.due("fp-a", intervalMillis: 60_000))
-        #expect(memory.due("fp-b", intervalMillis: 60_000))
-        // The last writer is still remembered.
-        #expect(!memory.due("fp-b", intervalMillis: 60_000))
     }
 }
