@@ -54,7 +54,7 @@ enum DigestContexts {
 }
 
 /// SHA-256 of `input` into `out` (32 bytes) with a reused context.
-private func sha256(_ input: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) {
+func sha256(_ input: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) {
     DigestContexts.with { ctx in
         var length: UInt32 = 0
         guard EVP_DigestInit_ex(ctx, fetched.sha256, nil) == 1,

@@ -161,4 +161,35 @@ struct KeyTests {
         #expect(rsa.publicKey.verifyRS256(signature: try rsa.signRS256(message: "m".utf8), message: "m".utf8))
         #expect(throws: CryptoError.self) { try PrivateKey.generateRSA(bits: 1024) }
     }
+
+    /// A key keeps its verify contexts between calls: a refusal must not spoil the next answer,
+    /// and threads verifying at once must not share one (each answer is still the right one).
+    @Test func aKeyAnswersRightAfterRefusalsAndFromManyThreadsAtOnce() async throws {
+        let ec = try PrivateKey.generateP256()
+        let rsa = try PrivateKey.generateRSA(bits: 2048)
+        let messages = (0..<16).map { Array("signing input \($0)".utf8) }
+        let ecSignatures = try messages.map { try ec.signES256(message: $0) }
+        let rsaSignatures = try messages.map { try rsa.signRS256(message: $0) }
+        let wrong = await withTaskGroup(of: Int.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    var wrong = 0
+                    for round in 0..<200 {
+                        let i = (worker + round) % messages.count
+                        let j = (i + 1) % messages.count
+                        // The right message, then another one under the same signature, in turn.
+                        if !ec.publicKey.verifyES256(signature: ecSignatures[i], message: messages[i]) { wrong += 1 }
+                        if ec.publicKey.verifyES256(signature: ecSignatures[i], message: messages[j]) { wrong += 1 }
+                        if round % 10 == 0 {
+                            if !rsa.publicKey.verifyRS256(signature: rsaSignatures[i], message: messages[i]) { wrong += 1 }
+                            if rsa.publicKey.verifyRS256(signature: rsaSignatures[j], message: messages[i]) { wrong += 1 }
+                        }
+                    }
+                    return wrong
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+    }
 }
