@@ -3,71 +3,66 @@ import Synchronization
 import Testing
 
 /// When a dedupe hit refreshes an installation's last-seen time: at most once per interval, with
-/// a monotonic clock that two loops read before taking the table's lock, so one may hand in a
+/// a monotonic clock that two loops read before taking the memory's lock, so one may hand in a
 /// time earlier than the one the other just wrote (the race that trapped `touchDue` in CI).
+///
+/// Each test is a timeline: the clock is set, then hits ask whether a write is due, in order.
 @Suite struct TouchMemoryTests {
-    /// A monotonic clock the test sets by hand.
-    final class HandClock: Sendable {
-        private let nanos = Mutex<UInt64>(0)
-        func set(millis: UInt64) { nanos.withLock { $0 = millis * 1_000_000 } }
-        func read() -> UInt64 { nanos.withLock { $0 } }
+    enum Step {
+        /// The monotonic clock reads this many milliseconds from now on.
+        case at(UInt64)
+        /// A dedupe hit of the installation: whether its last-seen write is due.
+        case due(String, Bool)
+        /// A forward just wrote the installation's record.
+        case written(String)
     }
 
-    static func memory(_ clock: HandClock, capacity: Int = TouchMemory.defaultCapacity) -> TouchMemory {
-        TouchMemory(capacity: capacity, now: { clock.read() })
+    /// Plays `steps` against a memory of `capacity` entries whose hits use `intervalMillis`; a
+    /// wrong answer is reported with its step's index.
+    static func play(_ steps: [Step], intervalMillis: Int, capacity: Int = TouchMemory.defaultCapacity,
+                     sourceLocation: SourceLocation = #_sourceLocation) {
+        let clock = Mutex<UInt64>(0)
+        let memory = TouchMemory(capacity: capacity, now: { clock.withLock { $0 } })
+        for (index, step) in steps.enumerated() {
+            switch step {
+            case .at(let millis):
+                clock.withLock { $0 = millis * 1_000_000 }
+            case .due(let key, let expected):
+                let due = memory.due(key, intervalMillis: intervalMillis)
+                #expect(due == expected, "step \(index): \(key) due", sourceLocation: sourceLocation)
+            case .written(let key):
+                memory.written(key)
+            }
+        }
     }
 
     @Test func aHitRefreshesOncePerInterval() {
-        let clock = HandClock()
-        let memory = Self.memory(clock)
-        clock.set(millis: 10_000)
-        #expect(memory.due("fp-a", intervalMillis: 1_000))
-        #expect(!memory.due("fp-a", intervalMillis: 1_000))
-        clock.set(millis: 10_999)
-        #expect(!memory.due("fp-a", intervalMillis: 1_000))
-        clock.set(millis: 11_000)
-        #expect(memory.due("fp-a", intervalMillis: 1_000))
+        Self.play([.at(10_000), .due("fp", true), .due("fp", false),
+                   .at(10_999), .due("fp", false),
+                   .at(11_000), .due("fp", true)], intervalMillis: 1_000)
     }
 
+    /// A loop that read the clock just before another's write comes in second: not due, no trap,
+    /// and the write that won still counts (due one interval after it, not after the late read).
     @Test func aTimeEarlierThanTheLastWrittenIsNotDueAndDoesNotTrap() {
-        let clock = HandClock()
-        let memory = Self.memory(clock)
-        clock.set(millis: 50_000)
-        #expect(memory.due("fp", intervalMillis: 1_000))
-        // A loop that read the clock just before the write above comes in second.
-        clock.set(millis: 49_999)
-        #expect(!memory.due("fp", intervalMillis: 1_000))
-        clock.set(millis: 0)
-        #expect(!memory.due("fp", intervalMillis: 1_000))
-        // The write that won still counts: due again one interval after it, not after the late read.
-        clock.set(millis: 51_000)
-        #expect(memory.due("fp", intervalMillis: 1_000))
+        Self.play([.at(50_000), .due("fp", true),
+                   .at(49_999), .due("fp", false),
+                   .at(0), .due("fp", false),
+                   .at(51_000), .due("fp", true)], intervalMillis: 1_000)
     }
 
     @Test func aForwardedRegistrationCountsAsWrittenEvenWhenItsTimeIsEarlier() {
-        let clock = HandClock()
-        let memory = Self.memory(clock)
-        clock.set(millis: 20_000)
-        #expect(memory.due("fp", intervalMillis: 1_000))
-        clock.set(millis: 19_500)
-        memory.written("fp")
-        clock.set(millis: 20_400)
-        #expect(!memory.due("fp", intervalMillis: 1_000))
-        clock.set(millis: 20_500)
-        #expect(memory.due("fp", intervalMillis: 1_000))
+        Self.play([.at(20_000), .due("fp", true),
+                   .at(19_500), .written("fp"),
+                   .at(20_400), .due("fp", false),
+                   .at(20_500), .due("fp", true)], intervalMillis: 1_000)
     }
 
     /// Full, it forgets every installation at once: each writes once more, none is held back.
     @Test func aFullMemoryForgetsAllAndEachWritesOnceMore() {
-        let clock = HandClock()
-        let memory = Self.memory(clock, capacity: 2)
-        clock.set(millis: 1_000)
-        #expect(memory.due("fp-a", intervalMillis: 60_000))
-        #expect(memory.due("fp-b", intervalMillis: 60_000))
-        #expect(!memory.due("fp-a", intervalMillis: 60_000))
-        // A third installation finds it full: the memory starts over with it.
-        #expect(memory.due("fp-c", intervalMillis: 60_000))
-        #expect(!memory.due("fp-c", intervalMillis: 60_000))
-        #expect(memory.due("fp-a", intervalMillis: 60_000))
+        Self.play([.at(1_000), .due("fp-a", true), .due("fp-b", true), .due("fp-a", false),
+                   // A third installation finds it full: the memory starts over with it.
+                   .due("fp-c", true), .due("fp-c", false), .due("fp-a", true)],
+                  intervalMillis: 60_000, capacity: 2)
     }
 }
