@@ -49,15 +49,9 @@ extension Registrar: ContactAdministration {
             }
             if kept.isEmpty { break }
             attempted.formUnion(kept.map(\.stored.raw))
-            let results = await withTaskGroup(of: (String, [(String, UpstreamOutcome)]?).self) { group in
-                for installation in kept {
-                    group.addTask { [self] in
-                        (installation.stored.token.digest, await retire(installation, contact: contact, origin: origin, reason: .erased))
-                    }
-                }
-                var all: [(String, [(String, UpstreamOutcome)]?)] = []
-                for await result in group { all.append(result) }
-                return all
+            let results = await mapConcurrently(kept) { [self] installation in
+                let perUpstream = await retire(installation, contact: contact, origin: origin, reason: .erased)
+                return (installation.stored.token.digest, perUpstream)
             }
             for (digest, perUpstream) in results {
                 guard let perUpstream else { continue }

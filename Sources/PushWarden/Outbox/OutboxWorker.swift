@@ -152,14 +152,10 @@ final class OutboxWorker: Sendable {
         let now = MonotonicClock.nowMillis()
         let due = order.filter { retries.isDue($0, now: now) }
         let schedule = retries
-        let results = await withTaskGroup(of: (String, TokenResult).self) { group in
-            for token in due {
-                let entries = byToken[token] ?? []
-                group.addTask { [self] in (token, await deliver(entries, shard: shard, app: app, caller: caller, schedule: schedule, token: token)) }
-            }
-            var all: [(String, TokenResult)] = []
-            for await result in group { all.append(result) }
-            return all
+        let entriesByToken = byToken
+        let results = await mapConcurrently(due) { [self] token in
+            let result = await deliver(entriesByToken[token] ?? [], shard: shard, app: app, caller: caller, schedule: schedule, token: token)
+            return (token, result)
         }
         var pass = Pass(tried: due.count)
         for (token, result) in results {

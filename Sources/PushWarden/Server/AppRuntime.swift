@@ -27,20 +27,8 @@ final class AppRuntime: Sendable {
     /// Runs `body` for every upstream, concurrently when there are several, and returns the
     /// outcomes in upstream order.
     func eachUpstream<Result: Sendable>(_ body: @escaping @Sendable (UpstreamCaller) async -> Result) async -> [(String, Result)] {
-        if upstreams.count == 1 {
-            let caller = upstreams[0]
-            return [(caller.adapter.name, await body(caller))]
-        }
-        return await withTaskGroup(of: (Int, Result).self) { group in
-            for (index, caller) in upstreams.enumerated() {
-                group.addTask { (index, await body(caller)) }
-            }
-            var results = [(String, Result)?](repeating: nil, count: upstreams.count)
-            for await (index, outcome) in group {
-                results[index] = (upstreams[index].adapter.name, outcome)
-            }
-            return results.compactMap { $0 }
-        }
+        let outcomes = await mapConcurrently(upstreams) { caller in await body(caller) }
+        return zip(upstreams, outcomes).map { ($0.adapter.name, $1) }
     }
 
     /// Whether the primary took its part (or had none to take): what decides the client's answer.

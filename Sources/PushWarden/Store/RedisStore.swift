@@ -1,3 +1,4 @@
+import PWCore
 import Loops
 import PWCrypto
 import RedisClient
@@ -171,26 +172,13 @@ public final class RedisStore: DedupeStore {
     /// them): the replies in the commands' order, or the first failure. For the background work
     /// that reads many keys at once (the sweeper's shards).
     func sendConcurrently(_ commands: [[String]]) async throws(StoreError) -> [RedisReply] {
-        let results = await withTaskGroup(of: (Int, Result<RedisReply, StoreError>).self) { group in
-            var results = [Result<RedisReply, StoreError>?](repeating: nil, count: commands.count)
-            var next = 0
-            func start() {
-                let index = next
-                next += 1
-                group.addTask { [self] in
-                    do throws(StoreError) { return (index, .success(try await send(commands[index], on: nil))) } catch { return (index, .failure(error)) }
-                }
-            }
-            while next < min(32, commands.count) { start() }
-            while let (index, result) = await group.next() {
-                results[index] = result
-                if next < commands.count { start() }
-            }
-            return results
+        let results = await mapConcurrently(commands, width: 32) { [self] command in
+            await capture { () async throws(StoreError) in try await send(command, on: nil) }
         }
+        guard results.count == commands.count else { throw StoreError(.unexpectedReply, "\(results.count) replies to \(commands.count) commands") }
         var replies: [RedisReply] = []
         replies.reserveCapacity(results.count)
-        for case let result? in results { replies.append(try result.get()) }
+        for result in results { replies.append(try result.get()) }
         return replies
     }
 
