@@ -266,6 +266,54 @@ private func registration(_ token: String) -> String { #"{"platform":"android","
     }
 }
 
+extension ClusterStoreTests {
+    /// New registrations flow at 20/s while a master is SIGKILLed: each one answered `202
+    /// forwarded` during the failover is remembered once the replica took over (its next call is
+    /// `unchanged`, no second upstream call) and listed in its contact's inventory, although the
+    /// dedupe commit and the inventory write that followed the upstream's answer first failed.
+    @Test func registrationsAnsweredDuringAFailoverAreRemembered() async throws {
+        try await RedisCluster.use { cluster in
+            let mock = try MockVoyado()
+            try await withSidecars(2, url: cluster.url, mock: mock) { sidecars in
+                let tokens = (0..<240).map { _ in "fcm-\(UUID().uuidString)" }
+                let victim = try cluster.master(forSlot: 0)
+                let flow = Task { try await steadyRegistrations(tokens, through: sidecars, perSecond: 20, seconds: 12) }
+                try await Task.sleep(for: .seconds(2))
+                cluster.kill(port: victim.port)
+                let killedAt = ContinuousClock.now
+                let result = try await flow.value
+                #expect(result.statuses.count == tokens.count)
+                #expect(result.statuses.allSatisfy { $0 == 202 }, "statuses \(Set(result.statuses))")
+                let deferred = sidecars.map { $0.base.sidecar.handler.registrar.deduper.pending }
+
+                // Every write that waited went through once the slots had a master again.
+                while deferred.contains(where: { $0.count > 0 }), ContinuousClock.now - killedAt < .seconds(40) {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(deferred.allSatisfy { $0.count == 0 }, "writes still waiting: \(deferred.map(\.count))")
+                let metrics = try await sidecars[0].admin("/metrics").text + sidecars[1].admin("/metrics").text
+                let calls = mock.received(path: "/installations").count
+                print("failover, new registrations: \(result.statuses.count) requests, longest \(result.longest), "
+                      + "\(calls - tokens.count) extra upstream calls, writes retried: "
+                      + metrics.split(separator: "\n").filter { $0.hasPrefix("pushwarden_store_writes_retried_total{") }.joined(separator: " "))
+
+                // Listed before anything registers again (which would write the records anew).
+                let listed = Set(try await InventoryTests.list(sidecars[0].base, "alice").map(\.token))
+                #expect(listed == Set(tokens.map(Redact.token)), "\(tokens.count - listed.count) registrations missing from the inventory")
+                var forgotten: [String] = []
+                for (index, token) in tokens.enumerated() {
+                    let reply = try await sidecars[(index + 1) % 2].post("/installations", registration(token))
+                    if reply.outcome != "unchanged" { forgotten.append("\(index): \(reply.status) \(reply.outcome ?? "-")") }
+                }
+                #expect(forgotten.isEmpty, "answered 202 during the failover, not remembered after it: \(forgotten.count) of \(tokens.count)")
+                #expect(mock.received(path: "/installations").count == calls, "a second registration reached the upstream")
+                #expect(try cluster.master(forSlot: 0).port != victim.port)
+            }
+            try cluster.restart(port: stoppedPort(cluster))
+        }
+    }
+}
+
 /// The one node a test killed, to start again.
 private func stoppedPort(_ cluster: RedisCluster) -> Int {
     cluster.ports.first { !cluster.livePorts.contains($0) } ?? cluster.ports[0]

@@ -10,25 +10,58 @@ extension Registrar {
 
     /// Records which upstreams hold `installation` after a registration; the token leaves the
     /// inventory of a contact that held it before; over `client.max_installations`, the least
-    /// recently seen other installation is evicted. A store failure is logged: the registration
-    /// stands, only its record is missing.
+    /// recently seen other installation is evicted. The upstreams hold it already, so a store
+    /// failure is retried through `pending` until the store answers.
     func keep(_ installation: Installation, outcomes: [(String, UpstreamOutcome)], origin: Origin) async {
         let holding = outcomes.filter { $0.1.holdsRegistration }.map(\.0)
         guard !holding.isEmpty else { return }
-        let appID = origin.appID
+        let key = Self.pendingKey(app: origin.appID, contactID: origin.context.contactID, pushToken: installation.pushToken)
+        deduper.pending.cancel(key)
         do {
-            let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
-                                                  on: origin.loop)
-            if let previous = result.previousOwner {
-                _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID,
-                                               on: origin.loop)
+            try await keep(installation, at: holding, origin: origin)
+        } catch {
+            inventoryUnavailable(error, app: origin.appID)
+            let later = origin.offLoop
+            deduper.pending.add(.inventory, key: key, error: error) { [self] () async throws(StoreError) in
+                try await keep(installation, at: holding, origin: later)
             }
-            if let cap = origin.app.policy.client.maxInstallations, result.isNew, result.count > cap {
-                await evict(result.count - cap, keeping: installation.pushToken, origin: origin)
-            }
+        }
+    }
+
+    private func keep(_ installation: Installation, at holding: [String], origin: Origin) async throws(StoreError) {
+        let appID = origin.appID
+        let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
+                                              on: origin.loop)
+        if let previous = result.previousOwner {
+            _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID,
+                                           on: origin.loop)
+        }
+        if let cap = origin.app.policy.client.maxInstallations, result.isNew, result.count > cap {
+            await evict(result.count - cap, keeping: installation.pushToken, origin: origin)
+        }
+    }
+
+    /// Forgets `pushToken` in `contact`'s inventory after its device unregistered it everywhere;
+    /// retried through `pending` (replacing a waiting record of it) when the store fails.
+    func forgetUnregistered(_ pushToken: String, contact: ContactKeys, origin: Origin) async {
+        let key = Self.pendingKey(app: origin.appID, contactID: origin.context.contactID, pushToken: pushToken)
+        deduper.pending.cancel(key)
+        let inventory = inventory
+        let appID = origin.appID
+        let token = TokenKeys(app: appID, pushToken: pushToken)
+        do {
+            _ = try await inventory.forget(token, contact: contact, app: appID, on: origin.loop)
         } catch {
             inventoryUnavailable(error, app: appID)
+            deduper.pending.add(.inventory, key: key, error: error) { () async throws(StoreError) in
+                _ = try await inventory.forget(token, contact: contact, app: appID, on: nil)
+            }
         }
+    }
+
+    /// Names one contact's record of one token among the pending writes (never stored).
+    private static func pendingKey(app: String, contactID: String, pushToken: String) -> String {
+        "inventory\u{0}" + app + "\u{0}" + contactID + "\u{0}" + pushToken
     }
 
     /// A registration every upstream already had: its last-seen time is written at most once per

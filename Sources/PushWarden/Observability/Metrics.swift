@@ -48,6 +48,7 @@ public final class Metrics: Sendable {
         var policySHA256: String?
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
+        var storeWrites: [[String]: UInt64] = [:]         // kind, result
     }
 
     private let state = Mutex(State())
@@ -158,6 +159,12 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// A store write made after an upstream took the change: `result` is `deferred` (it failed and
+    /// waits to be retried), `stored` (a retry went through) or `dropped` (given up).
+    public func storeWrite(kind: String, result: String) {
+        state.withLock { $0.storeWrites[[kind, result], default: 0] += 1 }
+    }
+
     /// The Prometheus text exposition format, version 0.0.4.
     public func render(storeUp: Bool? = nil) -> String {
         let snapshot = state.withLock { $0 }
@@ -179,6 +186,9 @@ public final class Metrics: Sendable {
                ["app"], snapshot.authFailures)
         family("pushwarden_rate_limit_fallback_total", "Requests admitted unchecked because the rate-limit store did not answer.",
                "counter", ["app"], snapshot.rateLimitFallbacks)
+        family("pushwarden_store_writes_retried_total",
+               "Store writes that failed after an upstream took the change, by kind and result (deferred, stored, dropped).",
+               "counter", ["kind", "result"], snapshot.storeWrites)
         family("pushwarden_upstream_calls_total", "Upstream call attempts by upstream, operation and outcome.", "counter",
                ["upstream", "operation", "outcome"], snapshot.upstreamCalls)
         if !snapshot.outboxDepth.isEmpty {

@@ -301,12 +301,7 @@ final class Registrar: Sendable {
             return await remove(pushToken, at: caller, origin: origin)
         }
         if case .holder(let contact, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
-            do {
-                _ = try await inventory.forget(TokenKeys(app: origin.appID, pushToken: pushToken), contact: contact, app: origin.appID,
-                                               on: origin.loop)
-            } catch {
-                inventoryUnavailable(error, app: origin.appID)
-            }
+            await forgetUnregistered(pushToken, contact: contact, origin: origin)
         }
         return outcomes
     }

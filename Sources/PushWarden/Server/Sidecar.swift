@@ -217,8 +217,9 @@ public final class Sidecar: Sendable {
             throw error
         }
 
-        let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"))
-        let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer)
+        let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
+        let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
+        let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
         let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
@@ -410,6 +411,10 @@ public final class Sidecar: Sendable {
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
         for task in outboxTasks { await task.value }
+        let pending = handler.registrar.deduper.pending
+        if await !pending.flushed(withinMillis: UInt64(max(1, gracePeriodSeconds) * 1000)) {
+            logger.error("stopped with store writes still waiting: their records are lost", [("writes", String(pending.count))])
+        }
         httpClient?.shutdown()
         builder.shutdown()
         redis?.close()

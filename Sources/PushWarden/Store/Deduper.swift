@@ -23,12 +23,15 @@ public struct Deduper: Sendable {
     let logger: Logger
     /// How long a waiter sleeps between looks at a lock held by someone else.
     let pollMillis: Int
+    /// Where a commit that failed after the upstream took the registration waits for the store.
+    public let pending: PendingWrites
 
-    public init(store: any DedupeStore, metrics: Metrics, logger: Logger, pollMillis: Int = 10) {
+    public init(store: any DedupeStore, metrics: Metrics, logger: Logger, pollMillis: Int = 10, pending: PendingWrites? = nil) {
         self.store = store
         self.metrics = metrics
         self.logger = logger
         self.pollMillis = pollMillis
+        self.pending = pending ?? PendingWrites(metrics: metrics, logger: logger)
     }
 
     /// Runs `forward` unless `fingerprint` is already current for `keys`.
@@ -52,7 +55,8 @@ public struct Deduper: Sendable {
             if let cached { current = cached } else { current = try await store.get(keys.entry, on: loop) }
             if current == fingerprint { return (.unchanged, nil) }
         } catch {
-            return try await forwardDegraded(error, app: app, forward: forward)
+            return try await forwardDegraded(error, keys: keys, fingerprint: fingerprint, refreshAfterSeconds: refreshAfterSeconds, app: app, on: loop,
+                                                 forward: forward)
         }
         let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
         let owner = LockOwner.next()
@@ -63,7 +67,8 @@ public struct Deduper: Sendable {
                 attempt = try await store.checkAndLock(entry: keys.entry, fingerprint: fingerprint, lock: keys.lock,
                                                        owner: owner, ttlMillis: lockMillis, on: loop)
             } catch {
-                return try await forwardDegraded(error, app: app, forward: forward)
+                return try await forwardDegraded(error, keys: keys, fingerprint: fingerprint, refreshAfterSeconds: refreshAfterSeconds, app: app, on: loop,
+                                                 forward: forward)
             }
             switch attempt {
             case .current:
@@ -76,19 +81,15 @@ public struct Deduper: Sendable {
                     try? await store.release(keys.lock, owner: owner, on: loop)
                     throw error
                 }
-                do {
-                    // One round trip: remember the success and free the lock.
-                    try await store.commitAndUnlock(entry: keys.entry, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds,
-                                                    lock: keys.lock, owner: owner, on: loop)
-                } catch {
-                    degrade(error, app: app)
-                }
+                await commit(keys, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds, owner: owner, on: loop)
                 return (.forwarded, forwarded)
             case .busy:
                 // Another request holds the lock: wait for it to finish, then look again.
                 if MonotonicClock.nowMillis() >= deadline {
                     // The holder outlived its budget; forwarding twice beats losing a registration.
-                    return (.forwarded, try await forward())
+                    let forwarded = try await forward()
+                    await commit(keys, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds, owner: owner, on: loop)
+                    return (.forwarded, forwarded)
                 }
                 try? await Task.sleep(for: .milliseconds(pollMillis))
             }
@@ -96,18 +97,40 @@ public struct Deduper: Sendable {
     }
 
     private func forwardDegraded<Forwarded: Sendable>(
-        _ error: StoreError, app: String, forward: @Sendable () async throws(UpstreamFailure) -> Forwarded
+        _ error: StoreError, keys: RegistrationKeys, fingerprint: String, refreshAfterSeconds: Int, app: String, on loop: EventLoop?,
+        forward: @Sendable () async throws(UpstreamFailure) -> Forwarded
     ) async throws(UpstreamFailure) -> (DedupeOutcome, Forwarded?) {
         degrade(error, app: app)
-        return (.forwarded, try await forward())
+        let forwarded = try await forward()
+        // The upstream has it now: remembered as soon as the store answers again.
+        await commit(keys, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds, owner: LockOwner.next(), on: loop)
+        return (.forwarded, forwarded)
+    }
+
+    /// Remembers a registration the upstream took and frees the lock (one round trip); retried
+    /// through `pending` until the store answers when it fails.
+    private func commit(_ keys: RegistrationKeys, fingerprint: String, ttlSeconds: Int, owner: String, on loop: EventLoop?) async {
+        pending.cancel(keys.entry)
+        do {
+            try await store.commitAndUnlock(entry: keys.entry, fingerprint: fingerprint, ttlSeconds: ttlSeconds, lock: keys.lock, owner: owner, on: loop)
+        } catch {
+            let store = store
+            pending.add(.dedupe, key: keys.entry, error: error) { () async throws(StoreError) in
+                try await store.commitAndUnlock(entry: keys.entry, fingerprint: fingerprint, ttlSeconds: ttlSeconds, lock: keys.lock, owner: owner,
+                                                on: nil)
+            }
+        }
     }
 
     /// Forgets the token so that the next registration is forwarded.
     public func forget(keys: RegistrationKeys, app: String, on loop: EventLoop?) async {
+        pending.cancel(keys.entry)
         do {
             try await store.delete(keys.entry, on: loop)
         } catch {
             degrade(error, app: app)
+            let store = store
+            pending.add(.dedupe, key: keys.entry, error: error) { () async throws(StoreError) in try await store.delete(keys.entry, on: nil) }
         }
     }
 

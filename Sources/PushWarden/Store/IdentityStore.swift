@@ -13,13 +13,16 @@ public struct IdentityStore: Sendable {
     let store: any DedupeStore
     let logger: Logger
     let sealer: StoreSealer
+    /// Where a write that failed after the upstream handed the identity back waits for the store.
+    let pending: PendingWrites?
     /// 400 days: longer than any realistic gap between two app launches.
     public static let ttlSeconds = 400 * 86_400
 
-    public init(store: any DedupeStore, logger: Logger, sealer: StoreSealer = .none) {
+    public init(store: any DedupeStore, logger: Logger, sealer: StoreSealer = .none, pending: PendingWrites? = nil) {
         self.store = store
         self.logger = logger
         self.sealer = sealer
+        self.pending = pending
     }
 
     /// The identity kept under `keys.identity`, if any. `loop`, as for every operation here: the
@@ -46,18 +49,31 @@ public struct IdentityStore: Sendable {
 
     public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
         let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
-        do {
-            try await store.set(keys.identity, sealer.seal(JSONValue.object(object).encodedString()), ttlSeconds: Self.ttlSeconds, on: loop)
-        } catch {
-            logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
+        let value = sealer.seal(JSONValue.object(object).encodedString())
+        let store = store
+        await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in
+            try await store.set(keys.identity, value, ttlSeconds: Self.ttlSeconds, on: loop)
         }
     }
 
     public func delete(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
+        let store = store
+        await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in try await store.delete(keys.identity, on: loop) }
+    }
+
+    /// A write after the upstream answered: on failure it waits in `pending` (the newest write per
+    /// key wins) instead of being lost.
+    private func write(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?,
+                       _ body: @escaping @Sendable (EventLoop?) async throws(StoreError) -> Void) async {
+        pending?.cancel(keys.identity)
         do {
-            try await store.delete(keys.identity, on: loop)
+            try await body(loop)
         } catch {
-            logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
+            guard let pending else {
+                logger.bounded(.warning, "identity store unavailable; identity not kept", key: upstream, [("upstream", upstream), ("error", error.detail)])
+                return
+            }
+            pending.add(.identity, key: keys.identity, error: error) { () async throws(StoreError) in try await body(nil) }
         }
     }
 }
