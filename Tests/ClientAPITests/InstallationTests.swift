@@ -293,8 +293,8 @@ import Testing
     }
 
     @Test(arguments: ["p256dh", "auth"], wrongValues)
-    func webPushKeyMembers(member: String, value: JSONValue) {
-        guard case .object(var keys) = webKeys else { return }
+    func webPushKeyMembers(member: String, value: JSONValue) throws {
+        var keys = try #require(webKeys.objectValue)
         keys[member] = value
         let e = refusal { try RequestValidator.installation(body: bytes(edited(webBody, [("web_push_keys", .object(keys))])), policy: allPlatforms, contactID: session) }
         #expect(e?.code == .invalidRequest)
