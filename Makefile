@@ -9,7 +9,7 @@ CONTACT ?= alice
 # The demo app's session secret, generated once per checkout and never committed.
 DEV_SECRET_FILE := .dev-session-secret
 
-.PHONY: deps build run token test bench fuzz clean
+.PHONY: deps build run token test sanitize bench fuzz clean
 
 deps:
 	@scripts/install-deps.sh
@@ -31,12 +31,26 @@ token: $(DEV_SECRET_FILE)
 	@PUSHWARDEN_DEMO_SESSION_SECRET=$$(cat $(DEV_SECRET_FILE)) \
 	  .build/debug/pushwarden dev-token --policy $(POLICY) --app demo --contact $(CONTACT)
 
-## Runs every test (starts its own redis-server on a free loopback port), then the checks beside
-## the Swift tests (scripts/checks/*.check.sh: OpenAPI, manifests, container, fuzzing, ...).
+## Runs every test (starts its own redis-server and Redis Cluster on free loopback ports) in the
+## debug build, then the suites that touch the store, the outbox, the inventory and registration
+## again built as the product is (-O, RELEASE_SUITES), then the checks beside the Swift tests
+## (scripts/checks/*.check.sh: the release binary's soak, OpenAPI, manifests, container, ...).
+RELEASE_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests
 test: deps
 	swift build --build-tests
 	timeout 1200 swift test --skip-build --no-parallel
-	timeout 600 scripts/checks/run-all.sh
+	swift build -c release --build-tests -Xswiftc -enable-testing --scratch-path .build/release-tests
+	timeout 900 swift test -c release --skip-build --scratch-path .build/release-tests --no-parallel --filter '$(RELEASE_SUITES)'
+	timeout 900 scripts/checks/run-all.sh
+
+## ThreadSanitizer over the suites with shared state across threads (store, outbox, inventory,
+## cluster, server), AddressSanitizer over the wrappers of C libraries; each in a scratch path of
+## its own. Fails on any report (see README, "Sanitizers").
+TSAN_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|OutboxTests|OutboxProcessTests|InventoryTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|ClusterClientTests|LoopRedisTests|LoopAffinityTests|HTTPServerTests|ConnectionLimitTests|RequestFramingTests
+ASAN_SUITES ?= RedisClientTests|LoopRedisTests|ClusterClientTests|HTTPClientTests|LoopClientTests|HTTPServerTests|RequestFramingTests|ConnectionLimitTests|CryptoTests|AESGCMTests|VerifierTests|YAMLParserTests|PolicyLoaderTests
+sanitize: deps
+	scripts/sanitize.sh thread '$(TSAN_SUITES)'
+	scripts/sanitize.sh address '$(ASAN_SUITES)'
 
 ## Benchmarks the release build against nginx, every scenario twice in a row (see BENCHMARKS.md).
 RUNS ?= 2

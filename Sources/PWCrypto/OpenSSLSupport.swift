@@ -13,7 +13,12 @@ enum OpenSSL {
                 return .failure(CryptoError.openSSL("BIO_new_mem_buf failed"))
             }
             defer { BIO_free(bio) }
-            do throws(CryptoError) { return .success(try body(bio)) } catch { return .failure(error) }
+            do throws(CryptoError) {
+                let value = try body(bio)
+                return .success(value)
+            } catch {
+                return .failure(error)
+            }
         }
         return try result.get()
     }

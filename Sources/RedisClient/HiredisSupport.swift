@@ -13,7 +13,8 @@ enum Hiredis {
     static func takeReply(_ raw: UnsafeMutableRawPointer) -> Result<RedisReply, RedisError> {
         defer { freeReplyObject(raw) }
         do {
-            return .success(try convert(raw.assumingMemoryBound(to: redisReply.self)))
+            let reply = try convert(raw.assumingMemoryBound(to: redisReply.self))
+            return .success(reply)
         } catch {
             return .failure(error)
         }

@@ -7,9 +7,6 @@ import PushWardenTestSupport
 /// records nginx's connection serial number for every request, so tests can count connections.
 final class NginxUpstream {
     static let executable = "/usr/sbin/nginx"
-    static var isAvailable: Bool {
-        FileManager.default.isExecutableFile(atPath: executable) && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")
-    }
 
     let port: UInt16
     let directory: URL

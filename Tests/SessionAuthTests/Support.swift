@@ -158,7 +158,12 @@ struct Fixture: Sendable {
     let jwks: String
 
     static let shared: Result<Fixture, OpenSSLFailure> = {
-        do { return .success(try Fixture()) } catch let error as OpenSSLFailure { return .failure(error) } catch {
+        do {
+            let fixture = try Fixture()
+            return .success(fixture)
+        } catch let error as OpenSSLFailure {
+            return .failure(error)
+        } catch {
             return .failure(OpenSSLFailure(description: "\(error)"))
         }
     }()

@@ -48,7 +48,10 @@ public enum PolicyFile {
     /// Reads a PEM Ed25519 key file (`--key`, `--policy-key`); the reason when it cannot.
     public static func publicKey(path: String) -> Result<Ed25519PublicKey, StartupError> {
         guard let pem = readWholeFile(path) else { return .failure(StartupError("cannot read the policy key \(path): \(String(cString: strerror(errno)))")) }
-        do { return .success(try Ed25519PublicKey(pem: pem)) } catch {
+        do {
+            let key = try Ed25519PublicKey(pem: pem)
+            return .success(key)
+        } catch {
             return .failure(StartupError("the policy key \(path) is not a PEM Ed25519 public key (\(error.message))"))
         }
     }

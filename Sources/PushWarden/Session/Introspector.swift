@@ -138,7 +138,8 @@ final class Introspector: Sendable {
         let client: HTTPClient
         do throws(StartupError) { client = try identity.client() } catch { return .failure(Unanswered(reason: "introspection client: \(error.description)")) }
         do throws(HTTPClientError) {
-            return .success(try await client.execute(request, on: loop))
+            let response = try await client.execute(request, on: loop)
+            return .success(response)
         } catch {
             return .failure(Unanswered(reason: error.kind == .timeout ? "introspection endpoint timed out" : "introspection endpoint unreachable: \(error.detail)"))
         }
