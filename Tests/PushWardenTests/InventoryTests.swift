@@ -208,6 +208,36 @@ import Testing
         await vh.stop()
     }
 
+    /// Four erasures of one contact at once (an impatient backend retrying): each installation is
+    /// unregistered once, and the reports add up to the installations there were.
+    @Test(arguments: [false, true]) func overlappingErasuresRemoveEachInstallationOnce(memoryStore: Bool) async throws {
+        // Each call takes 30 ms, so the four erasures surely overlap.
+        let voyado = try MockVoyado(apiKey: "voyado-key", latencyMillis: 30)
+        let h = try await SidecarHarness(upstreams: Self.voyado(voyado), secrets: Self.secrets, memoryStore: memoryStore)
+        let tokens = (0..<40).map { _ in Self.android() }
+        for token in tokens { #expect(try await h.post("/installations", Self.android(token)).status == 202) }
+        #expect(try await Self.list(h, "alice").count == 40)
+        let registrar = Self.registrar(h), app = try Self.app(h)
+        let reports = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<4 {
+                group.addTask {
+                    let report = try await registrar.erase("alice", in: app, requestID: "erase-\(index)")
+                    return report.installations
+                }
+            }
+            var counts: [Int] = []
+            for try await count in group { counts.append(count) }
+            return counts
+        }
+        #expect(reports.reduce(0, +) == 40, "reports \(reports)")
+        let removed = voyado.received(path: "/installations/unregister").compactMap { $0.object?["push_token"]?.stringValue }
+        #expect(removed.count == 40)
+        #expect(Set(removed) == Set(tokens))
+        #expect(try await Self.list(h, "alice").isEmpty)
+        await h.stop()
+        await voyado.stop()
+    }
+
     @Test func anErasureWhileAProviderIsDownIsDeliveredWhenItIsBack() async throws {
         let voyado = try MockVoyado(apiKey: "voyado-key"), pn = try MockPushNotice(apiKey: PushNoticeTests.key)
         let h = try await SidecarHarness(upstreams: Self.voyado(voyado) + "\n" + PushNoticeTests.upstream(pn, role: "shadow"),

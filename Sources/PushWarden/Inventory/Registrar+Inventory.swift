@@ -112,7 +112,34 @@ extension Registrar {
     /// normally found when the token is registered again and the old record goes then; this check
     /// covers a move the inventory did not see (a record that outlived the holder it was written
     /// with), so that no stale record unregisters the new holder's device.
+    ///
+    /// Removals of one installation that overlap (two erasures, an erasure and the sweeper) remove
+    /// it once: each claims it first, and one that finds it claimed, or changed or gone once
+    /// claimed, leaves it to the other (nil).
     func retire(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)]? {
+        let claim = contact.removalClaim(of: kept.stored.token)
+        let owner = LockOwner.next()
+        // Long enough for every upstream's whole budget, so a claim outlives the calls it guards.
+        let claimMillis = origin.app.upstreams.map(\.budgetMillis).reduce(5_000, +)
+        var claimed = false
+        do {
+            guard try await inventory.store.lease(claim, owner: owner, ttlMillis: claimMillis) else { return nil }
+            claimed = true
+            guard let current = try await inventory.kept(kept.stored.token, contact: contact, on: origin.loop),
+                  current.stored.raw == kept.stored.raw else {
+                try? await inventory.store.releaseLease(claim, owner: owner)
+                return nil
+            }
+        } catch {
+            // Without the store the claim cannot be had; the removal goes on as it would alone.
+            inventoryUnavailable(error, app: origin.appID)
+        }
+        let outcomes = await retireClaimed(kept, contact: contact, origin: origin, reason: reason)
+        if claimed { try? await inventory.store.releaseLease(claim, owner: owner) }
+        return outcomes
+    }
+
+    private func retireClaimed(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)]? {
         do {
             if let holder = try await inventory.holder(of: kept.stored.token, app: origin.appID, on: origin.loop), holder != contact {
                 _ = try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,

@@ -104,6 +104,8 @@ protocol InventoryStore: Sendable {
     func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError)
     /// Takes or keeps a lease for `owner` for `ttlMillis`: true while `owner` holds it.
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool
+    /// Gives a lease up, while `owner` still holds it.
+    func releaseLease(_ key: String, owner: String) async throws(StoreError)
 }
 
 extension InventoryStore {

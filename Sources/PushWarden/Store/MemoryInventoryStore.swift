@@ -78,6 +78,12 @@ final class MemoryInventoryStore: InventoryStore {
         state.withLock { $0.seen[app.digest, default: [:]][Self.seenMember(contact, token)] = millis }
     }
 
+    func releaseLease(_ key: String, owner: String) async throws(StoreError) {
+        state.withLock { state in
+            if state.leases[key]?.0 == owner { state.leases[key] = nil }
+        }
+    }
+
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
         let now = MonotonicClock.nowNanos()
         return state.withLock { state in

@@ -165,6 +165,10 @@ final class RedisInventoryStore: InventoryStore {
         _ = try await store.send(["ZREM", app.legacySeen, member], on: nil)
     }
 
+    func releaseLease(_ key: String, owner: String) async throws(StoreError) {
+        try await store.release(key, owner: owner, on: nil)
+    }
+
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool {
         let reply = try await store.evaluate(Self.leaseScript, keys: [key], arguments: [owner, String(max(ttlMillis, 1))], on: nil)
         return reply == .integer(1)

@@ -46,6 +46,9 @@ public struct ContactKeys: Sendable, Equatable, Hashable {
 
     /// The contact's installations: a hash from token digest to the sealed installation record.
     public var inventory: String { prefix + "inv" }
+
+    /// Held by the one removal (erasure, eviction, expiry) that unregisters this installation now.
+    public func removalClaim(of token: TokenKeys) -> String { prefix + "claim:" + token.digest }
 }
 
 /// One push token of one app, as the inventory names it: by the hex SHA-256 of app and token
