@@ -32,11 +32,12 @@ token: $(DEV_SECRET_FILE)
 	  .build/debug/pushwarden dev-token --policy $(POLICY) --app demo --contact $(CONTACT)
 
 ## Runs every test (starts its own redis-server on a free loopback port), then the checks beside
-## the Swift tests (scripts/checks/*.check.sh: OpenAPI, manifests, container, fuzzing, ...).
+## the Swift tests (scripts/checks/*.check.sh: OpenAPI, manifests, container, fuzzing, ...); the
+## soak alone builds the release binary and serves it for about four minutes.
 test: deps
 	swift build --build-tests
 	timeout 1200 swift test --skip-build --no-parallel
-	timeout 600 scripts/checks/run-all.sh
+	timeout 1800 scripts/checks/run-all.sh
 
 ## Benchmarks the release build against nginx, every scenario twice in a row (see BENCHMARKS.md).
 RUNS ?= 2
