@@ -223,7 +223,7 @@ def plan(long_seconds):
     ]
 
 
-def rewrite(text, spec, env, ports, work):
+def rewrite(text, spec, ports, work):
     """The policy's text with the soak's changes; every change is checked to have happened."""
     def sub(pattern, replacement, text, count=1, required=True):
         new, n = re.subn(pattern, replacement, text, count=count, flags=re.M)
@@ -627,7 +627,7 @@ class Soak:
         with open(os.path.join(ROOT, "policies", spec.policy)) as f:
             original = f.read()
         ports = {"client": free_port(), "admin": free_port(), "standins": self.standins_port}
-        text = rewrite(original, spec, self.env, ports, self.work)
+        text = rewrite(original, spec, ports, self.work)
         spec.path = os.path.join(self.work, spec.name.replace("/", "-") + ".yaml")
         with open(spec.path, "w") as f:
             f.write(text)
@@ -863,7 +863,7 @@ def main():
         specs = [s for s in specs if s.name in args.only.split(",")]
     print(f"soak: binary {args.binary}")
     print(f"soak: expire_after {EXPIRE_AFTER}, SIGHUP every {RELOAD_EVERY:.0f} s, about {args.rate:.0f} requests/s from 4 threads")
-    print("soak: every policy in policies/ runs; none is skipped. How each one's upstream reaches loopback:")
+    print("soak: no policy is skipped: each keeps its upstream or gets a loopback stand-in for it:")
     for s in specs:
         print(f"  {s.name:28} {s.seconds:3} s  upstream {s.note}")
     for f in unplanned:
