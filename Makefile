@@ -41,7 +41,7 @@ test: deps
 	timeout 1200 swift test --skip-build --no-parallel
 	swift build -c release --build-tests -Xswiftc -enable-testing --scratch-path .build/release-tests
 	timeout 900 swift test -c release --skip-build --scratch-path .build/release-tests --no-parallel --filter '$(RELEASE_SUITES)'
-	timeout 900 scripts/checks/run-all.sh
+	timeout 1200 scripts/checks/run-all.sh
 
 ## ThreadSanitizer over the suites with shared state across threads (store, outbox, inventory,
 ## cluster, server), AddressSanitizer over the wrappers of C libraries; each in a scratch path of
