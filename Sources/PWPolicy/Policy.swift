@@ -12,6 +12,8 @@ public struct Policy: Sendable, Equatable {
     public var store: StorePolicy?
     /// The server-to-server API (top-level `admin`); nil: its routes answer `404`.
     public var admin: AdminPolicy?
+    /// The signed evidence trail of erasures (top-level `audit`); nil: none is kept.
+    public var audit: AuditPolicy?
     /// The file this policy came from, for messages.
     public var sourcePath: String
     /// Where values that are judged after loading sit in the file, by path
@@ -19,8 +21,9 @@ public struct Policy: Sendable, Equatable {
     public var locations: [String: PolicyLocation]
 
     public init(version: Int, apps: [AppPolicy], admin: AdminPolicy? = nil, sourcePath: String,
-                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil) {
+                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil, audit: AuditPolicy? = nil) {
         self.version = version
+        self.audit = audit
         self.apps = apps
         self.admin = admin
         self.store = store
@@ -63,6 +66,14 @@ public struct AdminPolicy: Sendable, Equatable {
         }
         return nil
     }
+}
+
+/// The evidence trail (policy key `audit`): every erasure appends a receipt signed with the
+/// Ed25519 private key `signing_key` names (PEM, as `openssl genpkey -algorithm ed25519` writes it).
+public struct AuditPolicy: Sendable, Equatable {
+    public var signingKey: SecretRef
+
+    public init(signingKey: SecretRef) { self.signingKey = signingKey }
 }
 
 public struct AppPolicy: Sendable, Equatable {

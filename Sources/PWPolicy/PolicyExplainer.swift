@@ -13,6 +13,7 @@ public enum PolicyExplainer {
         var lines: [String] = []
         lines.append("Policy \(policy.sourcePath) (version \(policy.version)): \(policy.apps.count) app(s)")
         lines.append(contentsOf: serverToServer(policy.admin))
+        lines.append(contentsOf: evidenceTrail(policy.audit))
         for app in policy.apps {
             lines.append("")
             lines.append(contentsOf: explain(app))
@@ -35,6 +36,16 @@ public enum PolicyExplainer {
                 + previous.map(\.description).joined(separator: ", ")
         return "push tokens and Web Push secrets stored as values (identities, outbox entries, inventory) are encrypted at rest "
             + "(AES-256-GCM) with the key from \(store.encryptionKey) (store.encryption_key); \(older)"
+    }
+
+    /// Whether erasures leave signed receipts, and which key signs them (by reference).
+    static func evidenceTrail(_ audit: AuditPolicy?) -> [String] {
+        guard let audit else { return ["Evidence trail: none (no audit block); erasures are recorded in the log only"] }
+        return [
+            "Evidence trail: every erasure appends a receipt (the contact as a hash, each upstream's outcome) to an append-only, "
+                + "hash-chained trail in Redis, signed with the Ed25519 key from \(audit.signingKey); `pushwarden audit verify` checks it",
+            "  - secret referenced (name only): \(audit.signingKey) (audit signing key)",
+        ]
     }
 
     /// Who may call the server-to-server API (contract section 8): the admin listener only, with

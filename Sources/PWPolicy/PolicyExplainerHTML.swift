@@ -26,7 +26,8 @@ public enum PolicyExplainerHTML {
             <body>
             <header><h1>PushWarden policy <code>\(escape(policy.sourcePath))</code></h1>
             <p>Version \(policy.version), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
-            \(serverToServer(policy.admin))</header>
+            \(serverToServer(policy.admin))
+            \(evidenceTrail(policy.audit))</header>
             <main>
             <div class="diagrams">
 
@@ -52,6 +53,12 @@ public enum PolicyExplainerHTML {
     }
 
     /// Who may call the server-to-server API: one paragraph under the page's title.
+    static func evidenceTrail(_ audit: AuditPolicy?) -> String {
+        guard let audit else { return "<p class=\"s2s\">Evidence trail: <strong>none</strong> (no <code>audit</code> block).</p>" }
+        return "<p class=\"s2s\">Evidence trail: every erasure appends a receipt, hash-chained and signed with the Ed25519 key from "
+            + "<code class=\"k secret\">\(escape(audit.signingKey.description))</code>, to an append-only trail in Redis.</p>"
+    }
+
     static func serverToServer(_ admin: AdminPolicy?) -> String {
         guard let admin else {
             return "<p class=\"s2s\">Server-to-server API: <strong>disabled</strong> (no <code>admin</code> block); its routes answer 404.</p>"

@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store", "admin"])
+        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store", "admin", "audit"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -121,8 +121,26 @@ struct PolicyReader {
             admin = self.admin(node, fields.at("admin"))
             adminOK = admin != nil
         }
-        guard let version, let apps, storeValid, adminOK else { return nil }
-        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store)
+        var audit: AuditPolicy?
+        var auditOK = true
+        if let node = fields["audit"] {
+            audit = self.audit(node, fields.at("audit"))
+            auditOK = audit != nil
+        }
+        guard let version, let apps, storeValid, adminOK, auditOK else { return nil }
+        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store,
+                      audit: audit)
+    }
+
+    /// `audit: {signing_key: SECRET}`: the key that signs the evidence trail's receipts.
+    func audit(_ node: YAMLNode, _ path: String) -> AuditPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["signing_key"])
+        guard fields.isMapping else { return nil }
+        guard let keyNode = fields.required("signing_key") else { return nil }
+        let at = fields.at("signing_key")
+        guard let key = checker.secret(keyNode, at), fields.isClean else { return nil }
+        checker.locate(keyNode.mark, at)
+        return AuditPolicy(signingKey: key)
     }
 
     /// `admin: {token: SECRET}`: the server-to-server API's bearer token. Its place is recorded so

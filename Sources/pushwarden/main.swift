@@ -24,6 +24,7 @@ let usage = """
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
       pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app APP] [--upstream NAME]
+      pushwarden audit verify --redis URL --key PUBLIC.pem [--key OLDER.pem]... [--app APP]...
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
       PUSHWARDEN_LOG_LEVEL, PUSHWARDEN_THREADS, PUSHWARDEN_CONNECTIONS_PER_ADDRESS, PUSHWARDEN_HEAD_TIMEOUT,
@@ -415,12 +416,49 @@ func outboxCommand(_ arguments: ArraySlice<String>) async {
     }
 }
 
+/// `audit verify`: checks apps' evidence trails against the public half of `audit.signing_key`;
+/// exit 0 when every trail is intact, 1 on a gap or an edit.
+func auditCommand(_ arguments: ArraySlice<String>) async {
+    let shape = "usage: pushwarden audit verify --redis URL --key PUBLIC.pem [--key OLDER.pem]... [--app APP]..."
+    guard arguments.first == "verify" else { fail(shape) }
+    var apps: [String] = []
+    var keyPaths: [String] = []
+    var rest: [String] = []
+    var index = arguments.index(after: arguments.startIndex)
+    while index < arguments.endIndex {
+        let flag = arguments[index]
+        if flag == "--app" || flag == "--key", arguments.index(after: index) < arguments.endIndex {
+            let value = arguments[arguments.index(after: index)]
+            if flag == "--app" { apps.append(value) } else { keyPaths.append(value) }
+            index = arguments.index(index, offsetBy: 2)
+        } else {
+            rest.append(arguments[index])
+            index = arguments.index(after: index)
+        }
+    }
+    let flags = parseFlags(rest[...], allowed: ["redis"])
+    guard let url = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL") else { fail("audit verify needs --redis URL") }
+    guard !keyPaths.isEmpty else { fail(shape) }
+    var pems: [[UInt8]] = []
+    for path in keyPaths {
+        guard let pem = readWholeFile(path) else { fail("cannot read \(path)", code: 1) }
+        pems.append(pem)
+    }
+    do {
+        let intact = try await AuditVerification.run(redisURL: url, publicKeyPEMs: pems, apps: apps) { print($0) }
+        exit(intact ? 0 : 1)
+    } catch {
+        fail(error.description, code: 1)
+    }
+}
+
 switch arguments.first {
 case "serve": await serve(arguments.dropFirst())
 case "policy": policyCommand(arguments.dropFirst())
 case "dev-token": devToken(arguments.dropFirst())
 case "healthcheck": await healthcheck(arguments.dropFirst())
 case "outbox": await outboxCommand(arguments.dropFirst())
+case "audit": await auditCommand(arguments.dropFirst())
 case "-h", "--help", "help": print(usage); exit(0)
 default: fail(usage)
 }

@@ -29,15 +29,23 @@ final class ContactRoutes: Sendable {
     private let logger: Logger
     /// Where the one line per erasure goes (label `audit`), at info, never bounded.
     private let audit: Logger
+    /// The signed evidence trail in force (policy `audit`), replaced by a reload.
+    private let receipts: Mutex<AuditTrail?>
 
     init(token: AdminToken?, administration: (any ContactAdministration)?, apps: @escaping @Sendable () -> [String: AppRuntime],
-         metrics: Metrics, logger: Logger) {
+         metrics: Metrics, logger: Logger, receipts: AuditTrail? = nil) {
         self.token = Mutex(token)
+        self.receipts = Mutex(receipts)
         self.administration = administration
         self.apps = apps
         self.metrics = metrics
         self.logger = logger.with(label: "admin-api")
         audit = logger.with(label: "audit")
+    }
+
+    /// Puts the evidence trail a reload resolved in force for the erasures that start from now on.
+    func replaceReceipts(_ trail: AuditTrail?) {
+        receipts.withLock { $0 = trail }
     }
 
     /// Puts `token` in force for requests whose head arrives from now on.
@@ -214,17 +222,44 @@ final class ContactRoutes: Sendable {
         case .erase:
             do throws(ContractError) {
                 let report = try await resolved.administration.erase(resolved.contactID, in: resolved.app, requestID: requestID)
+                let receipt = await receipt(of: report, resolved, requestID: requestID)
                 audit.info("contact erased", [
                     ("app", appID), ("contact", Redact.contact(resolved.contactID)), ("installations", String(report.installations)),
                     ("request_id", requestID), ("upstreams", Self.auditOutcomes(report.upstreams)), ("remote", resolved.remoteAddress),
+                    ("receipt", receipt.map { String($0.receipt.seq) } ?? "-"),
                 ])
-                response = Responses.json(202, .object(Self.erasureBody(report, requestID: requestID)), requestID: requestID)
+                var body = Self.erasureBody(report, requestID: requestID)
+                if let receipt { body.members.append(JSONMember("receipt", receipt.json)) }
+                response = Responses.json(202, .object(body), requestID: requestID)
             } catch {
                 response = failed(error, resolved, requestID: requestID)
             }
         }
         metrics.request(app: appID, route: resolved.operation.rawValue, status: response.status)
         return response
+    }
+
+    /// The erasure's receipt on the app's evidence trail, when the policy keeps one. The erasure
+    /// has happened whatever this says: a receipt that cannot be appended is logged at error with
+    /// its content, and the answer goes without it.
+    private func receipt(of report: ErasureReport, _ resolved: Resolved, requestID: String) async -> AuditTrail.Appended? {
+        guard let trail = receipts.withLock({ $0 }) else { return nil }
+        let appID = resolved.app.policy.id
+        let outcomes = report.upstreams.map { name, outcome -> (String, String) in
+            if case .failed(let failure) = outcome { return (name, "failed:" + failure.code.rawValue) }
+            return (name, outcome.name)
+        }
+        let contact = ContactKeys(app: appID, contactID: resolved.contactID)
+        do {
+            return try await trail.append(kind: "erasure", app: appID, contact: contact, requestID: requestID,
+                                          installations: report.installations, upstreams: outcomes)
+        } catch {
+            logger.error("erasure receipt not appended to the evidence trail", [
+                ("app", appID), ("contact", Redact.contact(resolved.contactID)), ("request_id", requestID),
+                ("installations", String(report.installations)), ("upstreams", Self.auditOutcomes(report.upstreams)), ("error", error.detail),
+            ])
+            return nil
+        }
     }
 
     /// An operation that did not run (the store unavailable, say): the contract's envelope, logged.

@@ -2,6 +2,7 @@ import HTTPClient
 import HTTPServer
 import Loops
 import PWCore
+import PWCrypto
 import PWPolicy
 import RedisClient
 import SessionAuth
@@ -208,10 +209,12 @@ public final class Sidecar: Sendable {
         storePolicy = policy.store
         let sealer: StoreSealer
         let adminToken: AdminToken?
+        let trail: AuditTrail?
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
             adminToken = try AdminToken.resolve(policy, secrets: parts.builder.secrets)
+            trail = try Self.auditTrail(policy, store: chosenStore, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
@@ -229,7 +232,7 @@ public final class Sidecar: Sendable {
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
         let contactRoutes = ContactRoutes(token: adminToken, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
-                                          logger: logger)
+                                          logger: logger, receipts: trail)
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
@@ -290,6 +293,7 @@ public final class Sidecar: Sendable {
     public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
         let apps: [String: AppRuntime]
         let adminToken: AdminToken?
+        let trail: AuditTrail?
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
@@ -297,6 +301,7 @@ public final class Sidecar: Sendable {
                                    + "the store keys are read at start only; restart to change them")
             }
             adminToken = try AdminToken.resolve(policy, secrets: builder.secrets)
+            trail = try Self.auditTrail(policy, store: handler.registrar.deduper.store, secrets: builder.secrets)
             apps = try await builder.build(policy)
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)
@@ -304,6 +309,7 @@ public final class Sidecar: Sendable {
         }
         let old = handler.replaceApps(apps)
         contactRoutes.replaceToken(adminToken)
+        contactRoutes.replaceReceipts(trail)
         for app in apps.values { app.jwks?.start() }
         for app in old.values { app.jwks?.stop() }
         metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
@@ -398,6 +404,27 @@ public final class Sidecar: Sendable {
         for app in handler.apps.values where app.policy.inventory.expireAfterMillis != nil { metrics.inventoryWatched(app: app.policy.id) }
         let sweeper = ExpirySweeper(registrar: registrar, apps: { handler.apps }, metrics: metrics, logger: logger)
         return Task.detached { await sweeper.run() }
+    }
+
+    /// The evidence trail `policy.audit` asks for: its signing key read and judged; Redis required
+    /// (a trail in one process's memory would prove nothing).
+    static func auditTrail(_ policy: Policy, store: any DedupeStore, secrets: any SecretResolving) throws(StartupError) -> AuditTrail? {
+        guard let audit = policy.audit else { return nil }
+        guard let redis = store as? RedisStore else {
+            throw StartupError(policy.diagnostic(at: "audit", "the evidence trail needs the Redis store: serve with --redis").description)
+        }
+        let pem: [UInt8]
+        do {
+            pem = try secrets.resolve(audit.signingKey)
+        } catch {
+            throw StartupError(policy.diagnostic(at: "audit.signing_key", error.description).description)
+        }
+        do {
+            return AuditTrail(key: try Ed25519PrivateKey(pem: pem), store: redis)
+        } catch {
+            throw StartupError(policy.diagnostic(at: "audit.signing_key",
+                                                 "the key from \(audit.signingKey) is not a PEM Ed25519 private key (openssl genpkey -algorithm ed25519)").description)
+        }
     }
 
     /// Stops the outbox workers claiming (in-flight deliveries finish, on loops that still run;
