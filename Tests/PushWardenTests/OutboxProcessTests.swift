@@ -1,9 +1,11 @@
 import Foundation
 import HTTPClient
 import PWCore
+@testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
 import SessionAuth
+import Synchronization
 import Testing
 
 /// The outbox across processes: `pushwarden serve` SIGKILLed while deliveries wait, and a second
@@ -143,6 +145,88 @@ import Testing
         let (count, duplicates) = Self.delivered(tokens, mock: mock)
         print("outbox takeover: \(count) of \(tokens.count) delivered \(String(format: "%.1f", Date().timeIntervalSince(killedAt))) s after the kill, \(duplicates) duplicate calls")
         #expect(count == tokens.count)
+        await mock.stop()
+    }
+}
+
+/// Outside numbers in the outbox, and `pushwarden outbox` with and without the policy: the binary
+/// as an operator runs it, against a real redis-server (a database per test, flushed first).
+extension OutboxProcessTests {
+    static let shop = OutboxStreams.Upstream(app: "shop", upstream: "voyado", shards: Outbox.queuedShards)
+
+    /// What a `serve` wrote to stderr, read as it comes (so the sidecar never blocks on the pipe).
+    final class Log: Sendable {
+        private let text: Mutex<String>
+        init(_ pipe: Pipe, first: String) {
+            text = Mutex(first)
+            pipe.fileHandleForReading.readabilityHandler = { [self] handle in
+                let chunk = String(decoding: handle.availableData, as: UTF8.self)
+                text.withLock { $0 += chunk }
+            }
+        }
+        var contents: String { text.withLock { $0 } }
+    }
+
+    static func serveLogging(_ policy: String, database: Int) throws -> (Process, String, Log) {
+        let (process, err, first, listen, _) = try CommandLineTests.serve(
+            ["--redis", RedisServer.shared.url + "/\(database)"],
+            environment: ["OUTBOX_SESSION_SECRET": secret, "OUTBOX_VOYADO_KEY": "vk"], policy: policy)
+        return (process, listen, Log(err, first: first))
+    }
+
+    /// `pushwarden outbox ...` on `database`, with no policy unless the arguments name one.
+    static func outbox(_ arguments: [String], database: Int) throws -> CommandLineTests.Run {
+        try CommandLineTests.run(["outbox"] + arguments + ["--redis", RedisServer.shared.url + "/\(database)"],
+                                 environment: ["PUSHWARDEN_POLICY": "", "PUSHWARDEN_POLICY_KEY": ""])
+    }
+
+    /// A dead letter written by hand: `entry` as the body, and the given extra fields.
+    @discardableResult
+    static func deadLetter(_ client: RedisClient, _ target: OutboxStreams.Upstream, body: String, _ fields: [String] = []) async throws -> String {
+        let reply = try await client.send(["XADD", target.dead, "*", "e", body, "reason", "rejected"] + fields)
+        return try #require(reply.string)
+    }
+
+    static func length(_ client: RedisClient, _ key: String) async throws -> Int {
+        guard case .integer(let n) = try await client.send(["XLEN", key]) else { return -1 }
+        return Int(n)
+    }
+
+    /// Polls `condition` every 100 ms for up to `seconds`.
+    static func eventually(_ seconds: Double = 15, _ condition: () async throws -> Bool) async rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return try await condition()
+    }
+
+    /// An entry whose `accepted_ms` is Int64.min overflowed the worker's age arithmetic and
+    /// trapped; left pending, every replica that claimed it died in turn. Now it is malformed:
+    /// dead-lettered with a log line that names the field (not the token), and the sidecar goes on.
+    @Test(.timeLimit(.minutes(1))) func anOutsideAcceptTimeIsDeadLetteredNotACrash() async throws {
+        try await Self.flush(database: 5)
+        let client = RedisClientFactory.make(database: 5)
+        defer { client.close() }
+        let mock = try MockVoyado(apiKey: "vk")
+        let token = "fcm-" + UUID().uuidString
+        let text = OutboxFixture.entry(app: "shop", token: token).encoded()
+        let forged = try #require(text.range(of: #""accepted_ms":[0-9]+"#, options: .regularExpression))
+        let body = text.replacingCharacters(in: forged, with: #""accepted_ms":-9223372036854775808"#)
+        _ = try await client.send(["XADD", Self.shop.stream(Self.shop.shard(of: token)), "*", "e", body])
+        let (process, listen, log) = try Self.serveLogging(try Self.policy(mock), database: 5)
+        defer { CommandLineTests.stop(process, signal: SIGTERM) }
+        let dead = await Self.eventually { ((try? await Self.length(client, Self.shop.dead)) ?? 0) == 1 }
+        #expect(dead, "not dead-lettered; serve running: \(process.isRunning)\n\(log.contents)")
+        #expect(process.isRunning)
+        let fields = try await OutboxStreams(client: client).deadLetters(of: Self.shop, count: 10).map(\.1)
+        #expect(fields.map { $0["reason"] } == ["malformed"], "\(fields)")
+        #expect(log.contents.contains("outbox entry malformed") && log.contents.contains("accepted_ms"), "\(log.contents)")
+        #expect(!log.contents.contains(token))
+        // The sidecar goes on: a registration queued after it is delivered.
+        let tokens = try await Self.register(1, at: listen)
+        #expect(await Self.eventually { Self.delivered(tokens, mock: mock).0 == 1 })
         await mock.stop()
     }
 }

@@ -264,6 +264,23 @@ import Testing
         await mock.stop()
     }
 
+    /// An entry's accept time as written by hand: anything outside the epoch to year 9999 is
+    /// malformed (the worker dead-letters it) instead of reaching the age arithmetic.
+    @Test(arguments: ["-9223372036854775808", "-1", "9223372036854775807", "253402300800000", "1e3", "1.5", "99999999999999999999"])
+    func anAcceptTimeOutOfRangeIsMalformed(_ written: String) throws {
+        let text = OutboxFixture.entry(app: "shop", token: Self.fcm()).encoded()
+        let forged = try #require(text.range(of: #""accepted_ms":[0-9]+"#, options: .regularExpression))
+        let decoded = OutboxEntry.decode(text.replacingCharacters(in: forged, with: #""accepted_ms":\#(written)"#))
+        #expect(decoded == .failure(.invalid("accepted_ms")), "\(written)")
+    }
+
+    @Test(arguments: [Int64(0), 253_402_300_799_999])
+    func theBoundsOfTheAcceptTimeDecode(_ millis: Int64) {
+        var entry = OutboxFixture.entry(app: "shop", token: Self.fcm())
+        entry.acceptedAtMillis = millis
+        #expect(OutboxEntry.decode(entry.encoded()) == .success(entry))
+    }
+
     @Test func queuedWithoutRedisIsRefusedAtStart() async throws {
         let mock = try MockVoyado(apiKey: "vk")
         await #expect(throws: StartupError.self) {

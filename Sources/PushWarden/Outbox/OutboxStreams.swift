@@ -51,7 +51,7 @@ struct OutboxStreams: Sendable {
         func place(of pushToken: String) -> (shard: Int, mark: String) {
             let digest = SHA256.hash(Array(pushToken.utf8))
             let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
-            let shard = Int(value % UInt32(shards))
+            let shard = Int(value % UInt32(clamping: max(1, shards)))  // a count from outside never divides by zero
             return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + Hex.encode(digest))
         }
     }
@@ -158,7 +158,10 @@ struct OutboxStreams: Sendable {
         var count = 0
         var oldest: Int64?
         for shard in 0..<upstream.shards {
-            if case .integer(let n) = try await send(["XLEN", upstream.stream(shard)]) { count += Int(n) }
+            if case .integer(let n) = try await send(["XLEN", upstream.stream(shard)]) {
+                let (sum, overflow) = count.addingReportingOverflow(Int(n))
+                count = overflow ? Int.max : max(0, sum)  // Redis's count, summed without a trap
+            }
             let first = Self.messages(ofRange: try await send(["XRANGE", upstream.stream(shard), "-", "+", "COUNT", "1"]))
             if let ms = first.first?.idMillis { oldest = min(oldest ?? ms, ms) }
         }

@@ -360,7 +360,7 @@ public final class Sidecar: Sendable {
             while !Task.isCancelled {
                 for target in sampled {
                     guard let (depth, oldest) = try? await streams.depth(of: target) else { continue }
-                    let age = oldest.map { max(0, Double(SystemClock.epochMillis() - Int($0)) / 1000) } ?? 0
+                    let age = oldest.map { max(0, Double(OutboxWorker.age(now: SystemClock.epochMillis(), accepted: $0)) / 1000) } ?? 0
                     metrics.outbox(app: target.app, upstream: target.upstream, depth: depth, oldestSeconds: age)
                 }
                 try? await Task.sleep(for: .seconds(2))
