@@ -187,11 +187,11 @@ import Testing
         #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == 2 })
         let url = RedisServer.shared.url
         var listed: [String] = []
-        #expect(try await OutboxCommand.run(.list, redisURL: url, app: h.app, upstream: nil) { listed.append($0) } == 2)
+        #expect(try await OutboxCommand.run(.list, redisURL: url, app: h.app, upstream: nil) { listed.append($0) }.handled == 2)
         #expect(listed.contains { $0.contains(Redact.token(first)) && $0.contains("status 400") && $0.contains("code invalid_platform") })
         #expect(!listed.joined().contains(first) && !listed.joined().contains(second))
         // Replay: both go back into the outbox and are delivered now that the provider takes them.
-        #expect(try await OutboxCommand.run(.replay, redisURL: url, app: h.app, upstream: "voyado") { _ in } == 2)
+        #expect(try await OutboxCommand.run(.replay, redisURL: url, app: h.app, upstream: "voyado") { _ in }.handled == 2)
         #expect(await Self.eventually { Set(Self.bodies(mock, "/installations").filter { $0.contains(first) || $0.contains(second) }).count >= 2 })
         #expect(await Self.eventually { mock.received(path: "/installations").count == 4 })
         #expect(try await Self.deadLetters(app: h.app, upstream: "voyado").isEmpty)
@@ -199,7 +199,7 @@ import Testing
         mock.enqueue(refusal)
         #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())"}"#).outcome("voyado") == "queued")
         #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == 1 })
-        #expect(try await OutboxCommand.run(.drop, redisURL: url, app: h.app, upstream: nil) { _ in } == 1)
+        #expect(try await OutboxCommand.run(.drop, redisURL: url, app: h.app, upstream: nil) { _ in }.handled == 1)
         #expect(try await Self.deadLetters(app: h.app, upstream: "voyado").isEmpty)
         await h.stop()
         await mock.stop()
