@@ -281,6 +281,30 @@ import Testing
         #expect(OutboxEntry.decode(entry.encoded()) == .success(entry))
     }
 
+    /// What `outbox replay` places by when given the policy: 8 shards for a queued upstream, 1 for
+    /// a sync one's fallback unregisters, none for a provider that takes the user's own session.
+    @Test func theOutboxesOfAPolicyAreTheOnesWorkersRead() throws {
+        let yaml = """
+            version: 1
+            apps:
+              shop:
+                session: {type: jwt, algorithms: [HS256], hmac_secret: {env: S}}
+                client: {platforms: [android]}
+                upstreams:
+                  - {name: q, provider: voyado, base_path: "https://v.test/api", api_key: {env: K}, role: primary, delivery: queued}
+                  - {name: s, provider: voyado, base_path: "https://v.test/api", api_key: {env: K}, role: shadow}
+                  - {name: f, provider: fluxer, base_url: "https://f.test", session_header: X-Fluxer-Session, role: shadow}
+                  - {name: d, provider: dry_run, emulates: fluxer, role: shadow}
+            """
+        let policy: Policy
+        switch PolicyLoader.load(text: yaml, path: "targets.yaml") {
+        case .success(let loaded): policy = loaded
+        case .failure(let diagnostics): Issue.record("\(diagnostics.diagnostics.map(\.description))"); return
+        }
+        let targets = Outbox.targets(of: policy).map { "\($0.app)/\($0.upstream):\($0.shards)" }
+        #expect(targets == ["shop/q:8", "shop/s:1"])
+    }
+
     @Test func queuedWithoutRedisIsRefusedAtStart() async throws {
         let mock = try MockVoyado(apiKey: "vk")
         await #expect(throws: StartupError.self) {
