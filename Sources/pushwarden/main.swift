@@ -23,7 +23,7 @@ let usage = """
       pushwarden policy verify --key PUBLIC.pem FILE
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
-      pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app APP] [--upstream NAME]
+      pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--policy-key PUBLIC.pem] [--app APP] [--upstream NAME]
       pushwarden audit verify --redis URL --key PUBLIC.pem [--key OLDER.pem]... [--app APP]...
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,
@@ -391,26 +391,43 @@ func healthcheck(_ arguments: ArraySlice<String>) async -> Never {
 
 let arguments = CommandLine.arguments.dropFirst()
 /// `outbox list|replay|drop`: the dead-letter streams (tokens as short hashes). The policy
-/// (`--policy`, else `PUSHWARDEN_POLICY`) gives the store keys that open sealed entries; `replay`
-/// needs it, so that what it writes back is sealed as the sidecars would seal it.
-func outboxCommand(_ arguments: ArraySlice<String>) async {
-    let shape = "usage: pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app APP] [--upstream NAME]"
+/// (`--policy`, else `PUSHWARDEN_POLICY`, signature checked with `--policy-key`/`PUSHWARDEN_POLICY_KEY`
+/// as `serve` does) gives the store keys that open sealed entries and the layout `replay` places
+/// entries by; without it, unsealed entries are handled and placed by the running sidecars' layout.
+/// Exit 1 when any entry could not be handled (each is named by id), 2 on usage errors.
+func outboxCommand(_ arguments: ArraySlice<String>) async -> Never {
+    let shape = "usage: pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--policy-key PUBLIC.pem] [--app APP] [--upstream NAME]"
     guard let verb = arguments.first, let action = OutboxCommand.Action(rawValue: verb) else { fail(shape) }
-    let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "policy", "app", "upstream"])
-    guard let url = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL") else { fail("outbox needs --redis URL") }
+    let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "policy", "policy-key", "app", "upstream"])
+    guard let url = flags["redis"] ?? environment("PUSHWARDEN_REDIS_URL") else { fail("outbox needs --redis URL (or PUSHWARDEN_REDIS_URL)") }
     var sealer = StoreSealer.none
+    var policy: Policy?
     if let policyPath = flags["policy"] ?? environment("PUSHWARDEN_POLICY") {
+        var policyKey: Ed25519PublicKey?
+        if let keyPath = flags["policy-key"] ?? environment("PUSHWARDEN_POLICY_KEY") {
+            switch PolicyFile.publicKey(path: keyPath) {
+            case .success(let key): policyKey = key
+            case .failure(let error): fail(error.description, code: 1)
+            }
+        }
+        let loaded: Policy
+        switch PolicyFile.load(path: policyPath, key: policyKey) {
+        case .success(let source): loaded = source.policy
+        case .failure(let diagnostics):
+            for diagnostic in diagnostics.diagnostics { printError(diagnostic.description) }
+            exit(1)
+        }
         do {
-            sealer = try StoreSealer.make(for: loadPolicyOrExit(policyPath), secrets: SecretResolver())
+            sealer = try StoreSealer.make(for: loaded, secrets: SecretResolver())
         } catch {
             fail(error.description, code: 1)
         }
-    } else if action == .replay {
-        fail("outbox replay needs --policy FILE (or PUSHWARDEN_POLICY): a replayed entry is sealed with its store.encryption_key")
+        policy = loaded
     }
     do {
-        _ = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"], sealer: sealer) { print($0) }
-        exit(0)
+        let report = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"], policy: policy,
+                                                 sealer: sealer) { print($0) }
+        exit(report.failed > 0 ? 1 : 0)
     } catch {
         fail(error.description, code: 1)
     }

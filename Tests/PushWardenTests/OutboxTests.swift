@@ -191,11 +191,11 @@ import Testing
         #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == 2 })
         let url = RedisServer.shared.url
         var listed: [String] = []
-        #expect(try await OutboxCommand.run(.list, redisURL: url, app: h.app, upstream: nil) { listed.append($0) } == 2)
+        #expect(try await OutboxCommand.run(.list, redisURL: url, app: h.app, upstream: nil) { listed.append($0) }.handled == 2)
         #expect(listed.contains { $0.contains(Redact.token(first)) && $0.contains("status 400") && $0.contains("code invalid_platform") })
         #expect(!listed.joined().contains(first) && !listed.joined().contains(second))
         // Replay: both go back into the outbox and are delivered now that the provider takes them.
-        #expect(try await OutboxCommand.run(.replay, redisURL: url, app: h.app, upstream: "voyado") { _ in } == 2)
+        #expect(try await OutboxCommand.run(.replay, redisURL: url, app: h.app, upstream: "voyado") { _ in }.handled == 2)
         #expect(await Self.eventually { Set(Self.bodies(mock, "/installations").filter { $0.contains(first) || $0.contains(second) }).count >= 2 })
         #expect(await Self.eventually { mock.received(path: "/installations").count == 4 })
         #expect(try await Self.deadLetters(app: h.app, upstream: "voyado").isEmpty)
@@ -203,7 +203,7 @@ import Testing
         mock.enqueue(refusal)
         #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(Self.fcm())"}"#).outcome("voyado") == "queued")
         #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == 1 })
-        #expect(try await OutboxCommand.run(.drop, redisURL: url, app: h.app, upstream: nil) { _ in } == 1)
+        #expect(try await OutboxCommand.run(.drop, redisURL: url, app: h.app, upstream: nil) { _ in }.handled == 1)
         #expect(try await Self.deadLetters(app: h.app, upstream: "voyado").isEmpty)
         await h.stop()
         await mock.stop()
@@ -266,6 +266,47 @@ import Testing
         })
         await h.stop()
         await mock.stop()
+    }
+
+    /// An entry's accept time as written by hand: anything outside the epoch to year 9999 is
+    /// malformed (the worker dead-letters it) instead of reaching the age arithmetic.
+    @Test(arguments: ["-9223372036854775808", "-1", "9223372036854775807", "253402300800000", "1e3", "1.5", "99999999999999999999"])
+    func anAcceptTimeOutOfRangeIsMalformed(_ written: String) throws {
+        let text = OutboxFixture.entry(app: "shop", token: Self.fcm()).encoded()
+        let forged = try #require(text.range(of: #""accepted_ms":[0-9]+"#, options: .regularExpression))
+        let decoded = OutboxEntry.decode(text.replacingCharacters(in: forged, with: #""accepted_ms":\#(written)"#))
+        #expect(decoded == .failure(.invalid("accepted_ms")), "\(written)")
+    }
+
+    @Test(arguments: [Int64(0), 253_402_300_799_999])
+    func theBoundsOfTheAcceptTimeDecode(_ millis: Int64) {
+        var entry = OutboxFixture.entry(app: "shop", token: Self.fcm())
+        entry.acceptedAtMillis = millis
+        #expect(OutboxEntry.decode(entry.encoded()) == .success(entry))
+    }
+
+    /// What `outbox replay` places by when given the policy: 8 shards for a queued upstream, 1 for
+    /// a sync one's fallback unregisters, none for a provider that takes the user's own session.
+    @Test func theOutboxesOfAPolicyAreTheOnesWorkersRead() throws {
+        let yaml = """
+            version: 1
+            apps:
+              shop:
+                session: {type: jwt, algorithms: [HS256], hmac_secret: {env: S}}
+                client: {platforms: [android]}
+                upstreams:
+                  - {name: q, provider: voyado, base_path: "https://v.test/api", api_key: {env: K}, role: primary, delivery: queued}
+                  - {name: s, provider: voyado, base_path: "https://v.test/api", api_key: {env: K}, role: shadow}
+                  - {name: f, provider: fluxer, base_url: "https://f.test", session_header: X-Fluxer-Session, role: shadow}
+                  - {name: d, provider: dry_run, emulates: fluxer, role: shadow}
+            """
+        let policy: Policy
+        switch PolicyLoader.load(text: yaml, path: "targets.yaml") {
+        case .success(let loaded): policy = loaded
+        case .failure(let diagnostics): Issue.record("\(diagnostics.diagnostics.map(\.description))"); return
+        }
+        let targets = Outbox.targets(of: policy).map { "\($0.app)/\($0.upstream):\($0.shards)" }
+        #expect(targets == ["shop/q:8", "shop/s:1"])
     }
 
     @Test func queuedWithoutRedisIsRefusedAtStart() async throws {

@@ -12,6 +12,26 @@ import RedisClient
 final class Outbox: Sendable {
     static let queuedShards = 8
     static let syncShards = 1
+    /// How long a process's layout record lives unless renewed (the sampler renews it every 2 s).
+    static let layoutRecordSeconds = 30
+
+    /// How many streams an upstream's outbox is spread over: the one place that says so.
+    static func shards(for delivery: UpstreamPolicy.Delivery) -> Int { delivery == .queued ? queuedShards : syncShards }
+
+    /// The outboxes workers read under `policy`, without building a client: what
+    /// `pushwarden outbox replay` places entries by when it is given the policy. An upstream whose
+    /// provider takes the user's own credential has none (its stand-in adapter, which needs no
+    /// secret, says so as the real one does).
+    static func targets(of policy: Policy) -> [OutboxStreams.Upstream] {
+        policy.apps.flatMap { app in
+            app.upstreams.compactMap { upstream -> OutboxStreams.Upstream? in
+                let config: DryRunConfig
+                if case .dryRun(let given) = upstream.provider { config = given } else { config = DryRunConfig(emulates: upstream.provider.kind) }
+                guard !ProviderFactory.dryRunAdapter(name: upstream.name, config).needsCallerCredential else { return nil }
+                return OutboxStreams.Upstream(app: app.id, upstream: upstream.name, shards: shards(for: upstream.delivery))
+            }
+        }
+    }
 
     let streams: OutboxStreams
     /// This process's consumer name in every group: unique per process.
@@ -27,8 +47,7 @@ final class Outbox: Sendable {
         for app in apps {
             for caller in app.upstreams where !caller.adapter.needsCallerCredential {
                 let key = Self.key(app.policy.id, caller.adapter.name)
-                let shards = caller.policy.delivery == .queued ? Self.queuedShards : Self.syncShards
-                targets[key] = OutboxStreams.Upstream(app: app.policy.id, upstream: caller.adapter.name, shards: shards)
+                targets[key] = OutboxStreams.Upstream(app: app.policy.id, upstream: caller.adapter.name, shards: Self.shards(for: caller.policy.delivery))
                 signals[key] = OutboxSignal()
             }
         }

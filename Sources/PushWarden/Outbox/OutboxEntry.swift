@@ -26,6 +26,9 @@ struct OutboxEntry: Sendable, Equatable {
     var installation: Installation?
 
     static let version = 1
+    /// The accept times an entry may carry: the epoch to the end of year 9999 (the contract's
+    /// timestamps' range). Anything else was written by hand, and `now - accepted` stays in range.
+    static let acceptedRange: ClosedRange<Int64> = 0...253_402_300_799_999
 
     /// A registration's push token, whose waiting mark goes when the entry leaves the outbox;
     /// nil for an unregister (which cleared the mark when it was queued).
@@ -54,6 +57,15 @@ struct OutboxEntry: Sendable, Equatable {
         case notJSON, wrongVersion, missing(String), invalid(String)
         /// A sealed field that does not open: a store key this process does not hold, or altered bytes.
         case unreadable(String)
+
+        /// The field at fault, for a log line (never its value: it may be a token).
+        var field: String {
+            switch self {
+            case .notJSON: return "e"
+            case .wrongVersion: return "v"
+            case .missing(let field), .invalid(let field), .unreadable(let field): return field
+            }
+        }
     }
 
     /// Reads an entry back, opening its sealed fields with `sealer` (a field written before the
@@ -68,7 +80,8 @@ struct OutboxEntry: Sendable, Equatable {
         }
         do {
             guard let operation = Operation(rawValue: try string("op").get()) else { return .failure(.invalid("op")) }
-            guard case .number(let ms)? = object["accepted_ms"], let accepted = Int64(ms) else { return .failure(.missing("accepted_ms")) }
+            guard case .number(let ms)? = object["accepted_ms"] else { return .failure(.missing("accepted_ms")) }
+            guard let accepted = Int64(ms), acceptedRange.contains(accepted) else { return .failure(.invalid("accepted_ms")) }
             guard let token = sealer.open(try string("token").get()) else { return .failure(.unreadable("token")) }
             var installation: Installation?
             if operation == .register {

@@ -11,7 +11,8 @@ import RedisClient
 ///
 /// Key layout: `pw:v2:{outbox:<app>:<upstream>:<shard>}:s` (the stream), `…:lease`, and
 /// `…:q:<sha256(token)>` (the fingerprint of a registration of that token waiting in the shard);
-/// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters). The waiting mark shares the stream's
+/// `pw:v2:{outbox:<app>:<upstream>:dead}:s` (dead letters), `…:dead}:layout:<consumer>` (each
+/// running process's shard count, renewed while it runs). The waiting mark shares the stream's
 /// tag, so checking it, appending and setting it are one script on one slot.
 ///
 /// Entries are written and read through `sealer`: with `store.encryption_key`, their push tokens
@@ -43,6 +44,8 @@ struct OutboxStreams: Sendable {
         func stream(_ shard: Int) -> String { "pw:v2:{outbox:\(app):\(upstream):\(shard)}:s" }
         func lease(_ shard: Int) -> String { "pw:v2:{outbox:\(app):\(upstream):\(shard)}:lease" }
         var dead: String { "pw:v2:{outbox:\(app):\(upstream):dead}:s" }
+        /// One process's record of how many shards it reads (`consumer`: the process).
+        func layout(_ consumer: String) -> String { "pw:v2:{outbox:\(app):\(upstream):dead}:layout:\(consumer)" }
 
         /// The shard a token's deliveries go to: the first bytes of its hash.
         func shard(of pushToken: String) -> Int { place(of: pushToken).shard }
@@ -51,7 +54,7 @@ struct OutboxStreams: Sendable {
         func place(of pushToken: String) -> (shard: Int, mark: String) {
             let digest = SHA256.hash(Array(pushToken.utf8))
             let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
-            let shard = Int(value % UInt32(shards))
+            let shard = Int(value % UInt32(clamping: max(1, shards)))  // a count from outside never divides by zero
             return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + Hex.encode(digest))
         }
     }
@@ -158,11 +161,20 @@ struct OutboxStreams: Sendable {
         var count = 0
         var oldest: Int64?
         for shard in 0..<upstream.shards {
-            if case .integer(let n) = try await send(["XLEN", upstream.stream(shard)]) { count += Int(n) }
+            if case .integer(let n) = try await send(["XLEN", upstream.stream(shard)]) {
+                let (sum, overflow) = count.addingReportingOverflow(Int(n))
+                count = overflow ? Int.max : max(0, sum)  // Redis's count, summed without a trap
+            }
             let first = Self.messages(ofRange: try await send(["XRANGE", upstream.stream(shard), "-", "+", "COUNT", "1"]))
             if let ms = first.first?.idMillis { oldest = min(oldest ?? ms, ms) }
         }
         return (count, oldest)
+    }
+
+    /// Records, for `seconds`, that `consumer` reads `upstream` in `upstream.shards` shards: what
+    /// `pushwarden outbox replay` without a policy places entries by (only while a sidecar runs).
+    func record(_ upstream: Upstream, consumer: String, seconds: Int) async throws(StoreError) {
+        _ = try await send(["SET", upstream.layout(consumer), String(upstream.shards), "EX", String(max(1, seconds))])
     }
 
     // MARK: Dead letters (the `outbox` command)

@@ -193,15 +193,15 @@ final class OutboxWorker: Sendable {
                                        [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
                     } else {
                         reason = "malformed"
-                        logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
+                        logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id),
+                                                                                 ("field", failure.field)])
                     }
                     try await streams.deadLetter(message, shard: shard, of: target, reason: reason, status: nil, code: nil)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     result.left += 1
                     continue
                 }
-                let age = SystemClock.epochMillis() - Int(entry.acceptedAtMillis)
-                if age > caller.policy.queue.maxAgeMillis {
+                if Self.age(now: SystemClock.epochMillis(), accepted: entry.acceptedAtMillis) > caller.policy.queue.maxAgeMillis {
                     logger.bounded(.warning, "outbox delivery outlived max_age: dead-lettered", key: target.app + target.upstream, [
                         ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
                         ("operation", entry.operation.rawValue), ("request_id", entry.requestID)])
@@ -249,6 +249,14 @@ final class OutboxWorker: Sendable {
             }
         }
         return result
+    }
+
+    /// Milliseconds since `accepted`, saturated: the accept time comes from Redis, and an overflow
+    /// there would trap on every replica that claims the entry.
+    static func age(now: Int, accepted: Int64) -> Int {
+        let (age, overflow) = Int64(now).subtractingReportingOverflow(accepted)
+        guard !overflow else { return accepted < 0 ? Int.max : Int.min }
+        return Int(age)
     }
 }
 

@@ -346,8 +346,9 @@ public final class Sidecar: Sendable {
         }
     }
 
-    /// One worker per upstream the outbox delivers for, and a sampler for its metrics. Workers
-    /// look their app up in the running policy on every pass.
+    /// One worker per upstream the outbox delivers for, and a sampler for its metrics (which also
+    /// renews this process's layout record). Workers look their app up in the running policy on
+    /// every pass.
     private static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
                                     loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
@@ -363,11 +364,14 @@ public final class Sidecar: Sendable {
         }
         let streams = outbox.streams
         let sampled = outbox.watched
+        let consumer = outbox.consumer
         tasks.append(Task.detached {
             while !Task.isCancelled {
                 for target in sampled {
+                    // While this process runs, `outbox replay` without a policy knows where its workers read.
+                    try? await streams.record(target, consumer: consumer, seconds: Outbox.layoutRecordSeconds)
                     guard let (depth, oldest) = try? await streams.depth(of: target) else { continue }
-                    let age = oldest.map { max(0, Double(SystemClock.epochMillis() - Int($0)) / 1000) } ?? 0
+                    let age = oldest.map { max(0, Double(OutboxWorker.age(now: SystemClock.epochMillis(), accepted: $0)) / 1000) } ?? 0
                     metrics.outbox(app: target.app, upstream: target.upstream, depth: depth, oldestSeconds: age)
                 }
                 try? await Task.sleep(for: .seconds(2))
