@@ -230,6 +230,30 @@ extension OutboxProcessTests {
         await mock.stop()
     }
 
+    /// An entry whose body names another app than the stream it sits in (written by hand) is
+    /// dead-lettered as malformed, never delivered through this stream's upstream.
+    @Test(.timeLimit(.minutes(1))) func anEntryNamingAnotherOutboxIsDeadLetteredNotDelivered() async throws {
+        try await Self.flush(database: 10)
+        let client = RedisClientFactory.make(database: 10)
+        defer { client.close() }
+        let mock = try MockVoyado(apiKey: "vk")
+        let token = "fcm-" + UUID().uuidString
+        _ = try await client.send(["XADD", Self.shop.stream(Self.shop.shard(of: token)), "*", "e",
+                                   OutboxFixture.entry(app: "another-app", token: token).encoded()])
+        let (process, listen, log) = try Self.serveLogging(try Self.policy(mock), database: 10)
+        defer { CommandLineTests.stop(process, signal: SIGTERM) }
+        let dead = await Self.eventually { ((try? await Self.length(client, Self.shop.dead)) ?? 0) == 1 }
+        #expect(dead, "not dead-lettered\n\(log.contents)")
+        let fields = try await OutboxStreams(client: client).deadLetters(of: Self.shop, count: 10).map(\.1)
+        #expect(fields.map { $0["reason"] } == ["malformed"], "\(fields)")
+        #expect(log.contents.contains(#""field":"app""#), "\(log.contents)")
+        // The sidecar goes on, and the forged entry never reached the upstream.
+        let tokens = try await Self.register(1, at: listen)
+        #expect(await Self.eventually { Self.delivered(tokens, mock: mock).0 == 1 })
+        #expect(!mock.received.contains { String(decoding: $0.body, as: UTF8.self).contains(token) })
+        await mock.stop()
+    }
+
     /// `replay` took the shard count from the dead letter: `0` divided by zero, `-1` and
     /// `4294967296` trapped converting it, `1000` put the entry in a shard no worker reads and
     /// said "replayed". Now the policy's layout places every one where a worker reads it.

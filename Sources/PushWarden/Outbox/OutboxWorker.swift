@@ -144,7 +144,13 @@ final class OutboxWorker: Sendable {
         var byToken: [String: [(OutboxStreams.Message, Result<OutboxEntry, OutboxEntry.DecodingFailure>)]] = [:]
         var order: [String] = []
         for message in messages {
-            let decoded = streams.decode(message)
+            // An entry whose body names another outbox than the stream it sits in was written by
+            // hand: delivered here it would reach this upstream for another app or provider.
+            let decoded = streams.decode(message).flatMap { entry -> Result<OutboxEntry, OutboxEntry.DecodingFailure> in
+                if entry.app != target.app { return .failure(.invalid("app")) }
+                if entry.upstream != target.upstream { return .failure(.invalid("upstream")) }
+                return .success(entry)
+            }
             let key = (try? decoded.get())?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
             if byToken[key] == nil { order.append(key) }
             byToken[key, default: []].append((message, decoded))
