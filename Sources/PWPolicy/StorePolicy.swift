@@ -15,10 +15,14 @@ public struct StorePolicy: Sendable, Equatable {
     public var encryptionKey: SecretRef
     /// Open values sealed under them; never seal.
     public var previousEncryptionKeys: [SecretRef]
+    /// Refuse a stored value that is not sealed (a Redis writer's plant) instead of reading it as
+    /// one written before encryption was turned on.
+    public var requireSealed: Bool
 
-    public init(encryptionKey: SecretRef, previousEncryptionKeys: [SecretRef] = []) {
+    public init(encryptionKey: SecretRef, previousEncryptionKeys: [SecretRef] = [], requireSealed: Bool = false) {
         self.encryptionKey = encryptionKey
         self.previousEncryptionKeys = previousEncryptionKeys
+        self.requireSealed = requireSealed
     }
 
     /// Policy paths of the references, for diagnostics (`store.encryption_key`,
@@ -128,10 +132,10 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
 }
 
 extension PolicyReader {
-    /// `store: {encryption_key: REF, previous_encryption_keys: [REF, ...]}`.
+    /// `store: {encryption_key: REF, previous_encryption_keys: [REF, ...], require_sealed: BOOL}`.
     func store(_ node: YAMLNode) -> StorePolicy? {
         let path = "store"
-        let fields = Fields(checker, node, path, allowed: ["encryption_key", "previous_encryption_keys"])
+        let fields = Fields(checker, node, path, allowed: ["encryption_key", "previous_encryption_keys", "require_sealed"])
         guard fields.isMapping else { return nil }
         guard let keyNode = fields.required("encryption_key") else { return nil }
         let current = checker.secret(keyNode, fields.at("encryption_key"))
@@ -160,7 +164,11 @@ extension PolicyReader {
                 previous = nil
             }
         }
-        guard let current, let previous else { return nil }
-        return StorePolicy(encryptionKey: current, previousEncryptionKeys: previous)
+        var requireSealed: Bool? = false
+        if let flag = fields["require_sealed"] {
+            requireSealed = checker.choice(flag, fields.at("require_sealed"), ["true", "false"]).map { $0 == "true" }
+        }
+        guard let current, let previous, let requireSealed else { return nil }
+        return StorePolicy(encryptionKey: current, previousEncryptionKeys: previous, requireSealed: requireSealed)
     }
 }

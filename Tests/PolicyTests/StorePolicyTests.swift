@@ -36,7 +36,7 @@ import Testing
             "t.yaml:14:3: store: missing required key 'encryption_key'",
         ]),
         Fixture(name: "an unknown key", yaml: policy("store:\n  encryption_key: {env: K}\n  cipher: aes\n"), expected: [
-            "t.yaml:15:3: store: unknown key 'cipher'; allowed keys: encryption_key, previous_encryption_keys",
+            "t.yaml:15:3: store: unknown key 'cipher'; allowed keys: encryption_key, previous_encryption_keys, require_sealed",
         ]),
         Fixture(name: "the current key again", yaml: policy("store:\n  encryption_key: {env: K}\n  previous_encryption_keys: [{env: K}]\n"),
                 expected: ["t.yaml:15:30: store.previous_encryption_keys[0]: env:K is the encryption_key itself; list only keys it replaced"]),

@@ -29,7 +29,7 @@ import Testing
 
     static let fluxerHeaders: HTTPHeaders = ["X-Fluxer-Session": FluxerTests.session]
 
-    /// Every `pwe1:` value in `contents`, as stored.
+    /// Every value in `contents` sealed as this build seals, as stored.
     static func sealedValues(_ contents: RedisContents) -> [String] {
         var found: [String] = []
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:")
@@ -45,6 +45,46 @@ import Testing
     }
 
     /// What a fresh server holds after `body`, for the scans.
+    /// Every sealed value in `contents`, opened where it sits (nil for one that does not open):
+    /// an identity by its key, an inventory record by its key and field, an outbox entry's field
+    /// by its app, upstream and field name.
+    static func openedInPlace(_ contents: RedisContents, _ sealer: StoreSealer) -> [String?] {
+        var opened: [String?] = []
+        func isSealed(_ text: String) -> Bool { text.hasPrefix(StoreSealer.version) }
+        for item in contents.items {
+            switch item.type {
+            case "string":
+                for text in item.texts where isSealed(text) { opened.append(sealer.open(text, boundTo: item.key)) }
+            case "hash":
+                var index = 0
+                while index + 1 < item.texts.count {
+                    let field = item.texts[index], value = item.texts[index + 1]
+                    if let sealed = (try? JSONValue.parse(Array(value.utf8)))?.objectValue?["x"]?.stringValue, isSealed(sealed) {
+                        opened.append(sealer.open(sealed, boundTo: item.key + "\u{0}" + field))
+                    }
+                    index += 2
+                }
+            case "stream":
+                for text in item.texts {
+                    guard let entry = (try? JSONValue.parse(Array(text.utf8)))?.objectValue, let app = entry["app"]?.stringValue,
+                          let upstream = entry["upstream"]?.stringValue else { continue }
+                    func open(_ value: String?, _ field: String) {
+                        guard let value, isSealed(value) else { return }
+                        opened.append(sealer.open(value, boundTo: OutboxEntry.place(field, app: app, upstream: upstream)))
+                    }
+                    let installation = entry["installation"]?.objectValue
+                    open(entry["token"]?.stringValue, "token")
+                    open(installation?["previous_push_token"]?.stringValue, "previous_push_token")
+                    open(installation?["web_push_keys"]?.objectValue?["p256dh"]?.stringValue, "p256dh")
+                    open(installation?["web_push_keys"]?.objectValue?["auth"]?.stringValue, "auth")
+                }
+            default:
+                break
+            }
+        }
+        return opened
+    }
+
     static func withRedis(_ body: (RedisServer, RedisStore) async throws -> Void) async throws {
         let server = try RedisServer.start()
         defer { server.stop() }
@@ -119,13 +159,15 @@ import Testing
             for needle in needles { #expect(contents.occurrences(of: needle).isEmpty, "\(contents.occurrences(of: needle))") }
             // Not vacuous: identities and outbox entries are there, sealed, and open to those very values.
             #expect(contents.items.filter { $0.key.hasSuffix("}:id") }.count >= 6, "\(contents.items.map(\.key))")
-            #expect(contents.items.contains { $0.type == "stream" && $0.key.hasSuffix(":dead}:s") && $0.texts.contains { $0.contains("pwe1:") } })
+            #expect(contents.items.contains { $0.type == "stream" && $0.key.hasSuffix(":dead}:s") && $0.texts.contains { $0.contains("pwe2:") } })
             let sealer = try Self.sealer(Self.storeKey)
-            var opened = Self.sealedValues(contents).compactMap(sealer.open)
+            let inPlace = Self.openedInPlace(contents, sealer)
+            #expect(inPlace.count == Self.sealedValues(contents).count, "every sealed value is found where it sits")
+            var opened = inPlace.compactMap { $0 }
             for needle in [rotated, apns.lowercased(), endpoint, p256dh, auth, first] {
                 #expect(opened.contains { $0.contains(needle) }, "nothing sealed opens to \(Redact.token(needle))")
             }
-            #expect(Self.sealedValues(contents).allSatisfy { sealer.open($0) != nil })
+            #expect(inPlace.allSatisfy { $0 != nil }, "every sealed value opens where it sits")
 
             // The identities open: each provider that needs one removes the registration by it.
             for token in [rotated, apns] {
@@ -141,7 +183,7 @@ import Testing
             // The queued unregisters are sealed too.
             contents = try await RedisContents.read(server.configuration())
             for needle in needles { #expect(contents.occurrences(of: needle).isEmpty, "\(contents.occurrences(of: needle))") }
-            opened = Self.sealedValues(contents).compactMap(sealer.open)
+            opened = Self.openedInPlace(contents, sealer).compactMap { $0 }
             #expect(opened.contains(endpoint) && opened.contains(apns.lowercased()))
             #expect(!h.logs.text.contains(Self.storeKey))
             #expect(h.logs.text.contains("aes-256-gcm key \(try #require(sealer.keyID)), 0 previous"), "\(h.logs.text.prefix(2000))")
@@ -175,6 +217,95 @@ import Testing
         try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("vh")
     }
 
+    // MARK: A Redis writer without the key
+
+    /// Swapping the sealed identities of two users' registrations (a Redis writer without the
+    /// key): neither opens where it now sits, so alice's logout cannot unregister bob's device.
+    @Test func swappedIdentitiesDoNotOpenSoALogoutNeverRemovesAnothersDevice() async throws {
+        try await Self.withRedis { server, store in
+            let mock = try MockVoidhash(publishableKey: VoidhashTests.key)
+            let h = try await Self.voidhashHarness(mock, store: store, app: nil, current: "PW_STORE_KEY", keys: ["PW_STORE_KEY": Self.storeKey])
+            let alice = VoidhashTests.fcm(), bob = VoidhashTests.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(alice)"}"#, contact: "alice").outcome("vh") == "forwarded")
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(bob)"}"#, contact: "bob").outcome("vh") == "forwarded")
+            let bobDevice = try #require(mock.device(token: bob)?.id)
+            let aliceKey = RegistrationKeys(app: h.app, upstream: "vh", pushToken: alice).identity
+            let bobKey = RegistrationKeys(app: h.app, upstream: "vh", pushToken: bob).identity
+            let client = RedisClient(configuration: server.configuration())
+            defer { client.close() }
+            let aliceValue = try #require(try await client.send(["GET", aliceKey]).string)
+            let bobValue = try #require(try await client.send(["GET", bobKey]).string)
+            _ = try await client.send(["SET", aliceKey, bobValue])
+            _ = try await client.send(["SET", bobKey, aliceValue])
+
+            _ = try await h.post("/installations/unregister", #"{"push_token":"\#(alice)"}"#, contact: "alice")
+            let removed = mock.received(path: "/api/v1/sdk/push-devices/unregister").map { String(decoding: $0.body, as: UTF8.self) }
+            #expect(!removed.contains { $0.contains(bobDevice) }, "\(removed)")
+            #expect(mock.device(token: bob) != nil, "bob's device is still registered")
+            #expect(h.logs.text.contains("identity cannot be opened"))
+            await h.stop()
+            await mock.stop()
+        }
+    }
+
+    /// A sealed inventory record copied into another contact's inventory opens as unreadable
+    /// there: an erasure of that contact removes the copy and calls no upstream for it.
+    @Test(arguments: [true, false]) func aRecordCopiedIntoAnotherContactNeverUnregistersItsDevice(encrypted: Bool) async throws {
+        try await Self.withRedis { server, store in
+            let voyado = try MockVoyado(apiKey: "voyado-key")
+            let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado),
+                                             secrets: InventoryTests.secrets.merging([.env("PW_STORE_KEY"): Self.storeKey]) { $1 }, store: store,
+                                             topLevel: encrypted ? Self.storeBlock() : "")
+            let alice = InventoryTests.android(), bob = InventoryTests.android()
+            #expect(try await h.post("/installations", InventoryTests.android(alice), contact: "alice").status == 202)
+            #expect(try await h.post("/installations", InventoryTests.android(bob), contact: "bob").status == 202)
+            let client = RedisClient(configuration: server.configuration())
+            defer { client.close() }
+            let bobField = TokenKeys(app: h.app, pushToken: bob).digest
+            let bobRecord = try #require(try await client.send(["HGET", ContactKeys(app: h.app, contactID: "bob").inventory, bobField]).string)
+            _ = try await client.send(["HSET", ContactKeys(app: h.app, contactID: "alice").inventory, bobField, bobRecord])
+            // The holder too, which is not sealed: the inventory now says alice holds bob's token.
+            let bobToken = TokenKeys(app: h.app, pushToken: bob)
+            _ = try await client.send(["SET", AppInventoryKeys(app: h.app).shard(of: bobToken).holder(of: bobToken),
+                                       ContactKeys(app: h.app, contactID: "alice").digest])
+
+            let report = try await InventoryTests.registrar(h).erase("alice", in: try InventoryTests.app(h), requestID: "erase-copy")
+            #expect(report.installations == 2)
+            let removed = voyado.received(path: "/installations/unregister").compactMap { $0.object?["push_token"]?.stringValue }
+            #expect(removed == [alice], "\(removed)")
+            #expect(try await InventoryTests.list(h, "bob").count == 1)
+            #expect(try await InventoryTests.list(h, "alice").isEmpty)
+            // Sealed, the copy does not even open at alice's place; in plaintext its content gives it away.
+            if !encrypted { #expect(h.logs.text.contains("does not belong where it is stored")) }
+            await h.stop()
+            await voyado.stop()
+        }
+    }
+
+    /// With `store.require_sealed`, a plaintext value a Redis writer planted is not read: a planted
+    /// identity naming another device is treated as none.
+    @Test func requireSealedRefusesAPlantedPlaintextIdentity() async throws {
+        try await Self.withRedis { server, store in
+            let mock = try MockVoidhash(publishableKey: VoidhashTests.key)
+            let secrets: [SecretRef: String] = [.env("VH_KEY"): VoidhashTests.key, .env("PW_STORE_KEY"): Self.storeKey]
+            let h = try await SidecarHarness(upstreams: VoidhashTests.block(mock), secrets: secrets, store: store,
+                                             topLevel: "store:\n  encryption_key: {env: PW_STORE_KEY}\n  require_sealed: true\n")
+            let alice = VoidhashTests.fcm(), bob = VoidhashTests.fcm()
+            #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(bob)"}"#, contact: "bob").outcome("vh") == "forwarded")
+            let bobDevice = try #require(mock.device(token: bob)?.id)
+            let client = RedisClient(configuration: server.configuration())
+            defer { client.close() }
+            _ = try await client.send(["SET", RegistrationKeys(app: h.app, upstream: "vh", pushToken: alice).identity,
+                                       #"{"pushDeviceTokenId":"\#(bobDevice)"}"#])
+            _ = try await h.post("/installations/unregister", #"{"push_token":"\#(alice)"}"#, contact: "alice")
+            let removed = mock.received(path: "/api/v1/sdk/push-devices/unregister").map { String(decoding: $0.body, as: UTF8.self) }
+            #expect(!removed.contains { $0.contains(bobDevice) }, "\(removed)")
+            #expect(mock.device(token: bob) != nil)
+            await h.stop()
+            await mock.stop()
+        }
+    }
+
     /// Values sealed under the old key open once it moves to `previous_encryption_keys`; what is
     /// written then is sealed under the new one; without the old key they no longer open (the
     /// identity is treated as unknown, nothing crashes).
@@ -192,7 +323,7 @@ import Testing
             let identity = { (token: String) async throws -> String? in
                 try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: token).identity, on: nil)
             }
-            #expect(try await identity(kept)?.hasPrefix("pwe1:\(try #require(old.keyID)):") == true)
+            #expect(try await identity(kept)?.hasPrefix("pwe2:\(try #require(old.keyID)):") == true)
 
             let rotated = try await Self.voidhashHarness(mock, store: store, app: app, current: "NEW_KEY", previous: ["OLD_KEY"], keys: keys)
             #expect(try await Self.unregister(rotated, kept) == "forwarded")
@@ -200,8 +331,8 @@ import Testing
             let fresh = VoidhashTests.fcm()
             #expect(try await Self.register(rotated, fresh) == "forwarded")
             let sealedNew = try #require(try await identity(fresh))
-            #expect(sealedNew.hasPrefix("pwe1:\(try #require(new.keyID)):"))
-            #expect(old.open(sealedNew) == nil)
+            #expect(sealedNew.hasPrefix("pwe2:\(try #require(new.keyID)):"))
+            #expect(old.open(sealedNew, boundTo: RegistrationKeys(app: app, upstream: "vh", pushToken: fresh).identity) == nil)
             await rotated.stop()
 
             // The old key dropped too early: its values no longer open.
@@ -233,7 +364,7 @@ import Testing
             #expect(try await Self.unregister(sealed, token) == "forwarded")
             let next = VoidhashTests.fcm()
             #expect(try await Self.register(sealed, next) == "forwarded")
-            #expect(try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: next).identity, on: nil)?.hasPrefix("pwe1:") == true)
+            #expect(try await store.get(RegistrationKeys(app: app, upstream: "vh", pushToken: next).identity, on: nil)?.hasPrefix("pwe2:") == true)
             await sealed.stop()
             await mock.stop()
         }
@@ -280,7 +411,7 @@ import Testing
             let client = RedisClient(configuration: server.configuration())
             defer { client.close() }
             var alteredText = altered.encoded(sealer: sealer)
-            alteredText = alteredText.replacingOccurrences(of: "pwe1:\(try #require(sealer.keyID)):", with: "pwe1:\(try #require(sealer.keyID)):A")
+            alteredText = alteredText.replacingOccurrences(of: "pwe2:\(try #require(sealer.keyID)):", with: "pwe2:\(try #require(sealer.keyID)):A")
             for (entry, text) in [(foreign, foreign.encoded(sealer: try Self.sealer(Self.otherKey))), (altered, alteredText)] {
                 _ = try await client.send(["XADD", target.stream(target.shard(of: entry.pushToken)), "*", "e", text])
             }
@@ -290,7 +421,7 @@ import Testing
             #expect(await OutboxTests.eventually { ((try? await Self.deadLetters(server, app: h.app, upstream: "voyado")) ?? []).count == 2 })
             let dead = try await Self.deadLetters(server, app: h.app, upstream: "voyado")
             #expect(dead.map { $0["reason"] } == ["unreadable", "unreadable"])
-            #expect(dead.allSatisfy { $0["e"]?.contains("pwe1:") == true })
+            #expect(dead.allSatisfy { $0["e"]?.contains("pwe2:") == true })
             #expect(h.logs.text.contains("outbox entry cannot be opened"))
             await h.stop()
 
@@ -317,7 +448,7 @@ import Testing
             let after = try await RedisContents.read(server.configuration())
             #expect(after.occurrences(of: foreign.pushToken).isEmpty)
             let replayed = try #require(after.items.first { $0.key == target.stream(target.shard(of: foreign.pushToken)) })
-            #expect(Self.sealedValues(RedisContents(items: [replayed])).compactMap(sealer.open).contains(foreign.pushToken))
+            #expect(Self.openedInPlace(RedisContents(items: [replayed]), sealer).contains(foreign.pushToken))
             #expect(try await OutboxCommand.run(.drop, redisURL: url, app: h.app, upstream: nil) { _ in }.handled == 1)
             #expect(try await Self.deadLetters(server, app: h.app, upstream: "voyado").isEmpty)
             await mock.stop()
@@ -391,75 +522,111 @@ enum OutboxFixture {
 @Suite struct StoreSealerTests {
     static let key = [UInt8](repeating: 0x42, count: 32)
     static let older = [UInt8](repeating: 0x17, count: 32)
+    static let place = "pw:v2:{t:abc}:id"
+
+    /// What an earlier build wrote: `pwe1:<id>:…`, authenticated with `pwe1:<id>` alone.
+    static func legacySealed(_ plaintext: String, key: [UInt8]) throws -> String {
+        let id = Hex.encode(HMACSHA256.mac(key: key, message: Array("pushwarden store key id".utf8)).prefix(8))
+        let sealed = AES256GCM.seal(plaintext.utf8, key: try AES256GCMKey(key), authenticating: Array(("pwe1:" + id).utf8))
+        return "pwe1:" + id + ":" + Base64URL.encode(sealed.combined)
+    }
 
     @Test func aSealedValueOpensAndSaysWhichKeySealedIt() throws {
         let sealer = try StoreSealer(keys: StoreKeys(current: Self.key))
         #expect(sealer.isEnabled)
         let id = try #require(sealer.keyID)
         #expect(id.count == 16 && id.allSatisfy(\.isHexDigit))
-        let sealed = sealer.seal("fcm-token-value")
+        let sealed = sealer.seal("fcm-token-value", boundTo: Self.place)
         let parts = sealed.split(separator: ":", omittingEmptySubsequences: false)
-        #expect(parts.count == 3 && parts[0] == "pwe1" && parts[1] == id)
+        #expect(parts.count == 3 && parts[0] == "pwe2" && parts[1] == id)
         // nonce (12) + ciphertext (15) + tag (16) = 43 bytes: 58 base64url characters.
         #expect(Base64URL.decode(parts[2])?.count == 12 + 15 + 16)
         #expect(!sealed.contains("fcm-token-value"))
-        #expect(sealer.open(sealed) == "fcm-token-value")
-        #expect(sealer.seal("fcm-token-value") != sealed)  // a fresh nonce each time
-        #expect(sealer.open(sealer.seal("")) == "")
-        #expect(sealer.open(sealer.seal("ünïcødé ✓")) == "ünïcødé ✓")
+        #expect(sealer.open(sealed, boundTo: Self.place) == "fcm-token-value")
+        #expect(sealer.seal("fcm-token-value", boundTo: Self.place) != sealed)  // a fresh nonce each time
+        #expect(sealer.open(sealer.seal("", boundTo: Self.place), boundTo: Self.place) == "")
+        #expect(sealer.open(sealer.seal("ünïcødé ✓", boundTo: Self.place), boundTo: Self.place) == "ünïcødé ✓")
         // The id names the key and nothing else: the same key, the same id; another key, another.
         #expect(try StoreSealer(keys: StoreKeys(current: Self.key)).keyID == id)
         #expect(try StoreSealer(keys: StoreKeys(current: Self.older)).keyID != id)
         #expect(!id.contains(Hex.encode(Self.key).prefix(8)))
     }
 
+    /// A value is bound to where it is stored: copied to another key or field it does not open.
+    @Test func aSealedValueOpensOnlyWhereItWasStored() throws {
+        let sealer = try StoreSealer(keys: StoreKeys(current: Self.key))
+        let sealed = sealer.seal("device-id-of-alice", boundTo: "pw:v2:{t:alice}:id")
+        #expect(sealer.open(sealed, boundTo: "pw:v2:{t:alice}:id") == "device-id-of-alice")
+        #expect(sealer.open(sealed, boundTo: "pw:v2:{t:bob}:id") == nil)
+        #expect(sealer.open(sealed, boundTo: "pw:v2:{t:alice}:id\u{0}x") == nil)
+        #expect(sealer.open(sealed, boundTo: "") == nil)
+    }
+
+    /// Values an earlier build sealed (bound to no place) still open after the upgrade; what is
+    /// written again is bound.
+    @Test func valuesOfEarlierBuildsStillOpen() throws {
+        let sealer = try StoreSealer(keys: StoreKeys(current: Self.key, previous: [Self.older]))
+        #expect(sealer.open(try Self.legacySealed("token", key: Self.key), boundTo: Self.place) == "token")
+        #expect(sealer.open(try Self.legacySealed("token", key: Self.older), boundTo: "anywhere") == "token")
+        #expect(sealer.seal("token", boundTo: Self.place).hasPrefix("pwe2:"))
+        // A legacy value whose bytes were altered does not open either.
+        let legacy = try Self.legacySealed("token", key: Self.key)
+        #expect(sealer.open(String(legacy.dropLast(2)) + "AA", boundTo: Self.place) == nil)
+        // Nor does a pwe2 value relabelled as pwe1 (its tag covers the place).
+        #expect(sealer.open("pwe1:" + sealer.seal("token", boundTo: Self.place).dropFirst(5), boundTo: Self.place) == nil)
+    }
+
     @Test func previousKeysOpenButNeverSeal() throws {
         let old = try StoreSealer(keys: StoreKeys(current: Self.older))
         let rotated = try StoreSealer(keys: StoreKeys(current: Self.key, previous: [Self.older]))
         #expect(rotated.previousKeyCount == 1)
-        let before = old.seal("token")
-        #expect(rotated.open(before) == "token")
-        #expect(rotated.seal("token").hasPrefix("pwe1:\(try #require(rotated.keyID)):"))
-        #expect(try StoreSealer(keys: StoreKeys(current: Self.key)).open(before) == nil)
-        #expect(old.open(rotated.seal("token")) == nil)
+        let before = old.seal("token", boundTo: Self.place)
+        #expect(rotated.open(before, boundTo: Self.place) == "token")
+        #expect(rotated.seal("token", boundTo: Self.place).hasPrefix("pwe2:\(try #require(rotated.keyID)):"))
+        #expect(try StoreSealer(keys: StoreKeys(current: Self.key)).open(before, boundTo: Self.place) == nil)
+        #expect(old.open(rotated.seal("token", boundTo: Self.place), boundTo: Self.place) == nil)
     }
 
     @Test func whatDoesNotOpenIsNil() throws {
         let sealer = try StoreSealer(keys: StoreKeys(current: Self.key))
-        let sealed = sealer.seal("token")
+        let sealed = sealer.seal("token", boundTo: Self.place)
         let id = try #require(sealer.keyID)
-        let payload = String(sealed.dropFirst("pwe1:\(id):".count))
+        let payload = String(sealed.dropFirst("pwe2:\(id):".count))
         var flipped = Array(payload.utf8)
         flipped[5] = flipped[5] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
         for bad in [
-            "pwe1:\(id):" + String(decoding: flipped, as: UTF8.self),  // altered ciphertext
-            "pwe1:\(id):" + payload.dropLast(2),  // cut short
-            "pwe1:\(id):",  // nothing
-            "pwe1:\(id):" + payload + "!",  // not base64url
-            "pwe1:0000000000000000:" + payload,  // a key id nobody holds
-            "pwe1:\(id.prefix(15)):" + payload,  // a short id
-            "pwe1:" + payload,  // no id
+            "pwe2:\(id):" + String(decoding: flipped, as: UTF8.self),  // altered ciphertext
+            "pwe2:\(id):" + payload.dropLast(2),  // cut short
+            "pwe2:\(id):",  // nothing
+            "pwe2:\(id):" + payload + "!",  // not base64url
+            "pwe2:0000000000000000:" + payload,  // a key id nobody holds
+            "pwe2:\(id.prefix(15)):" + payload,  // a short id
+            "pwe2:" + payload,  // no id
         ] {
-            #expect(sealer.open(bad) == nil, "\(bad)")
+            #expect(sealer.open(bad, boundTo: Self.place) == nil, "\(bad)")
         }
         // The key id is authenticated: the same bytes under another key's id do not open there.
         let other = try StoreSealer(keys: StoreKeys(current: Self.older, previous: [Self.key]))
-        #expect(other.open("pwe1:\(try #require(other.keyID)):" + payload) == nil)
-        #expect(other.open(sealed) == "token")
+        #expect(other.open("pwe2:\(try #require(other.keyID)):" + payload, boundTo: Self.place) == nil)
+        #expect(other.open(sealed, boundTo: Self.place) == "token")
     }
 
-    /// Plaintext from before the key passes through; without a key nothing is sealed and a sealed
-    /// value does not open.
+    /// Plaintext from before the key passes through (unless `require_sealed` refuses it); without
+    /// a key nothing is sealed and a sealed value does not open.
     @Test func plaintextPassesAndNoneSealsNothing() throws {
         let sealer = try StoreSealer(keys: StoreKeys(current: Self.key))
-        #expect(sealer.open(#"{"pushDeviceTokenId":"x"}"#) == #"{"pushDeviceTokenId":"x"}"#)
-        #expect(sealer.open("fcm-token") == "fcm-token")
+        #expect(sealer.open(#"{"pushDeviceTokenId":"x"}"#, boundTo: Self.place) == #"{"pushDeviceTokenId":"x"}"#)
+        #expect(sealer.open("fcm-token", boundTo: Self.place) == "fcm-token")
         #expect(!StoreSealer.none.isEnabled)
-        #expect(StoreSealer.none.seal("fcm-token") == "fcm-token")
-        #expect(StoreSealer.none.open("fcm-token") == "fcm-token")
-        #expect(StoreSealer.none.open(sealer.seal("fcm-token")) == nil)
+        #expect(StoreSealer.none.seal("fcm-token", boundTo: Self.place) == "fcm-token")
+        #expect(StoreSealer.none.open("fcm-token", boundTo: Self.place) == "fcm-token")
+        #expect(StoreSealer.none.open(sealer.seal("fcm-token", boundTo: Self.place), boundTo: Self.place) == nil)
         #expect(throws: CryptoError.self) { try StoreSealer(keys: StoreKeys(current: [1, 2, 3])) }
         #expect(throws: CryptoError.self) { try StoreSealer(keys: StoreKeys(current: Self.key, previous: [[]])) }
+        let strict = try StoreSealer(keys: StoreKeys(current: Self.key), requireSealed: true)
+        #expect(strict.open("fcm-token", boundTo: Self.place) == nil)
+        #expect(strict.open(strict.seal("fcm-token", boundTo: Self.place), boundTo: Self.place) == "fcm-token")
+        #expect(strict.open(try Self.legacySealed("fcm-token", key: Self.key), boundTo: Self.place) == "fcm-token")
     }
 
     @Test func anOutboxEntrySealsItsTokensAndWebPushSecrets() throws {

@@ -18,7 +18,7 @@ extension Registrar: ContactAdministration {
         let contact = ContactKeys(app: app.policy.id, contactID: contactID)
         let kept: [Inventory.Kept]
         do {
-            kept = try await inventory.all(of: contact, on: nil)
+            kept = try await inventory.all(of: contact, app: app.policy.id, on: nil)
         } catch {
             throw Self.unavailable(error, logger: logger)
         }
@@ -43,7 +43,7 @@ extension Registrar: ContactAdministration {
         for _ in 0...Self.erasurePasses {
             let kept: [Inventory.Kept]
             do {
-                kept = try await inventory.all(of: contact, on: origin.loop).filter { !attempted.contains($0.stored.raw) }
+                kept = try await inventory.all(of: contact, app: app.policy.id, on: origin.loop).filter { !attempted.contains($0.stored.raw) }
             } catch {
                 throw Self.unavailable(error, logger: logger)
             }

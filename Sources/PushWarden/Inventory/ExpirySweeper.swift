@@ -43,7 +43,7 @@ struct ExpirySweeper: Sendable {
             guard try await inventory.store.lease(keys.sweepLease, owner: owner, ttlMillis: leaseMillis) else { return 0 }
             var found: [(ContactKeys, Inventory.Kept)] = []
             for (contact, token) in try await inventory.store.seen(before: cutoff, app: keys, limit: Self.batch) {
-                guard let kept = try await inventory.kept(token, contact: contact, on: nil) else {
+                guard let kept = try await inventory.kept(token, contact: contact, app: appID, on: nil) else {
                     try await inventory.store.forgetSeen(token, of: contact, app: keys)
                     continue
                 }

@@ -9,6 +9,8 @@ import Synchronization
 final class Inventory: Sendable {
     let store: any InventoryStore
     let sealer: StoreSealer
+    /// Where a record found out of place is reported.
+    let logger: Logger?
     /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
     let clock: @Sendable () -> Int64
     /// When this process last wrote each installation's last-seen time on a dedupe hit.
@@ -16,11 +18,12 @@ final class Inventory: Sendable {
     /// Each app's inventory keys, hashed once (a policy names a handful of apps).
     private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
-    init(store: any InventoryStore, sealer: StoreSealer = .none,
+    init(store: any InventoryStore, sealer: StoreSealer = .none, logger: Logger? = nil,
          clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) },
          touches: TouchMemory = TouchMemory()) {
         self.store = store
         self.sealer = sealer
+        self.logger = logger
         self.clock = clock
         self.touches = touches
     }
@@ -44,9 +47,10 @@ final class Inventory: Sendable {
             JSONMember("t", .string(installation.pushToken)),
             JSONMember("c", .string(contactID)),
         ])).encodedString()
+        let contact = ContactKeys(app: app, contactID: contactID), token = TokenKeys(app: app, pushToken: installation.pushToken)
         return try await store.record(InventoryWrite(
-            contact: ContactKeys(app: app, contactID: contactID), token: TokenKeys(app: app, pushToken: installation.pushToken),
-            app: keys(of: app), sealed: sealer.seal(payload), platform: installation.platform.rawValue,
+            contact: contact, token: token,
+            app: keys(of: app), sealed: sealer.seal(payload, boundTo: Self.place(of: token, in: contact)), platform: installation.platform.rawValue,
             pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()), on: loop)
     }
 
@@ -80,15 +84,15 @@ final class Inventory: Sendable {
     }
 
     func kept(_ pushToken: String, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
-        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact, on: loop).map(open)
+        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact, on: loop).map { open($0, of: contact, app: app) }
     }
 
-    func kept(_ token: TokenKeys, contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> Kept? {
-        try await store.installation(token, of: contact, on: loop).map(open)
+    func kept(_ token: TokenKeys, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
+        try await store.installation(token, of: contact, on: loop).map { open($0, of: contact, app: app) }
     }
 
-    func all(of contact: ContactKeys, on loop: EventLoop?) async throws(StoreError) -> [Kept] {
-        try await store.installations(of: contact, on: loop).map(open)
+    func all(of contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> [Kept] {
+        try await store.installations(of: contact, on: loop).map { open($0, of: contact, app: app) }
     }
 
     /// Removes the installation from the contact's inventory, only while its record is still
@@ -108,10 +112,23 @@ final class Inventory: Sendable {
         }
     }
 
-    private func open(_ stored: StoredInstallation) -> Kept {
-        guard let text = sealer.open(stored.sealed), let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue else {
-            return Kept(stored: stored, pushToken: nil, contactID: nil)
+    /// Opens a record and checks that the token and contact inside are the ones its place names:
+    /// a record copied into another contact's inventory or field (a Redis writer's swap, or a
+    /// `pwe1:` value, which is bound to no place) opens as unreadable, so it never unregisters the
+    /// device it names on another contact's behalf.
+    private func open(_ stored: StoredInstallation, of contact: ContactKeys, app: String) -> Kept {
+        let unreadable = Kept(stored: stored, pushToken: nil, contactID: nil)
+        guard let text = sealer.open(stored.sealed, boundTo: Self.place(of: stored.token, in: contact)),
+              let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue,
+              let pushToken = object["t"]?.stringValue, let contactID = object["c"]?.stringValue else { return unreadable }
+        guard TokenKeys(app: app, pushToken: pushToken) == stored.token, ContactKeys(app: app, contactID: contactID) == contact else {
+            logger?.bounded(.warning, "inventory record does not belong where it is stored (moved by hand); not used", key: "misplaced" + app,
+                            [("app", app), ("contact", "ct:" + contact.digest.prefix(8)), ("token", "tok:" + stored.token.digest.prefix(8))])
+            return unreadable
         }
-        return Kept(stored: stored, pushToken: object["t"]?.stringValue, contactID: object["c"]?.stringValue)
+        return Kept(stored: stored, pushToken: pushToken, contactID: contactID)
     }
+
+    /// Where a record's sealed part sits: the contact's inventory and the token's field in it.
+    static func place(of token: TokenKeys, in contact: ContactKeys) -> String { contact.inventory + "\u{0}" + token.digest }
 }

@@ -94,7 +94,7 @@ extension Registrar {
         let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
         let current = TokenKeys(app: origin.appID, pushToken: pushToken)
         do {
-            let victims = try await inventory.all(of: contact, on: origin.loop)
+            let victims = try await inventory.all(of: contact, app: origin.appID, on: origin.loop)
                 .filter { $0.stored.token != current }
                 .sorted { ($0.stored.lastSeenMillis, $0.stored.token.digest) < ($1.stored.lastSeenMillis, $1.stored.token.digest) }
                 .prefix(count)
@@ -125,7 +125,7 @@ extension Registrar {
         do {
             guard try await inventory.store.lease(claim, owner: owner, ttlMillis: claimMillis) else { return nil }
             claimed = true
-            guard let current = try await inventory.kept(kept.stored.token, contact: contact, on: origin.loop),
+            guard let current = try await inventory.kept(kept.stored.token, contact: contact, app: origin.appID, on: origin.loop),
                   current.stored.raw == kept.stored.raw else {
                 try? await inventory.store.releaseLease(claim, owner: owner)
                 return nil

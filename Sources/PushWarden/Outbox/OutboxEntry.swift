@@ -47,9 +47,11 @@ struct OutboxEntry: Sendable, Equatable {
             JSONMember("contact", .string(contactID)),
             JSONMember("request_id", .string(requestID)),
             JSONMember("accepted_ms", .number(String(acceptedAtMillis))),
-            JSONMember("token", .string(sealer.seal(pushToken))),
+            JSONMember("token", .string(sealer.seal(pushToken, boundTo: Self.place("token", app: app, upstream: upstream)))),
         ]
-        if let installation { members.append(JSONMember("installation", Self.encode(installation, sealer: sealer))) }
+        if let installation {
+            members.append(JSONMember("installation", Self.encode(installation, sealer: sealer) { Self.place($0, app: app, upstream: upstream) }))
+        }
         return JSONValue.object(JSONObject(members)).encodedString()
     }
 
@@ -82,13 +84,15 @@ struct OutboxEntry: Sendable, Equatable {
             guard let operation = Operation(rawValue: try string("op").get()) else { return .failure(.invalid("op")) }
             guard case .number(let ms)? = object["accepted_ms"] else { return .failure(.missing("accepted_ms")) }
             guard let accepted = Int64(ms), acceptedRange.contains(accepted) else { return .failure(.invalid("accepted_ms")) }
-            guard let token = sealer.open(try string("token").get()) else { return .failure(.unreadable("token")) }
+            let app = try string("app").get(), upstream = try string("upstream").get()
+            let place = { (field: String) in Self.place(field, app: app, upstream: upstream) }
+            guard let token = sealer.open(try string("token").get(), boundTo: place("token")) else { return .failure(.unreadable("token")) }
             var installation: Installation?
             if operation == .register {
                 guard let value = object["installation"]?.objectValue else { return .failure(.missing("installation")) }
-                installation = try decode(value, pushToken: token, sealer: sealer).get()
+                installation = try decode(value, pushToken: token, sealer: sealer, place: place).get()
             }
-            return .success(OutboxEntry(operation: operation, app: try string("app").get(), upstream: try string("upstream").get(),
+            return .success(OutboxEntry(operation: operation, app: app, upstream: upstream,
                                         contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue ?? "-",
                                         acceptedAtMillis: accepted, pushToken: token, installation: installation))
         } catch {
@@ -96,7 +100,13 @@ struct OutboxEntry: Sendable, Equatable {
         }
     }
 
-    private static func encode(_ installation: Installation, sealer: StoreSealer) -> JSONValue {
+    /// Where a sealed field of an entry belongs: its outbox (app and upstream, which the worker
+    /// checks against the stream) and the field, so no sealed value opens in another entry's place.
+    static func place(_ field: String, app: String, upstream: String) -> String {
+        "outbox\u{0}" + app + "\u{0}" + upstream + "\u{0}" + field
+    }
+
+    private static func encode(_ installation: Installation, sealer: StoreSealer, place: (String) -> String) -> JSONValue {
         var members: [JSONMember] = [
             JSONMember("platform", .string(installation.platform.rawValue)),
             JSONMember("push_service", .string(installation.pushService.rawValue)),
@@ -105,10 +115,11 @@ struct OutboxEntry: Sendable, Equatable {
         func add(_ key: String, _ value: String?) { if let value { members.append(JSONMember(key, .string(value))) } }
         if let keys = installation.webPushKeys {
             members.append(JSONMember("web_push_keys", .object(JSONObject([
-                JSONMember("p256dh", .string(sealer.seal(keys.p256dh))), JSONMember("auth", .string(sealer.seal(keys.auth))),
+                JSONMember("p256dh", .string(sealer.seal(keys.p256dh, boundTo: place("p256dh")))),
+                JSONMember("auth", .string(sealer.seal(keys.auth, boundTo: place("auth")))),
             ]))))
         }
-        add("previous_push_token", installation.previousPushToken.map(sealer.seal))
+        add("previous_push_token", installation.previousPushToken.map { sealer.seal($0, boundTo: place("previous_push_token")) })
         add("installation_id", installation.installationID)
         let m = installation.metadata
         add("app_version", m.appVersion)
@@ -119,7 +130,8 @@ struct OutboxEntry: Sendable, Equatable {
         return .object(JSONObject(members))
     }
 
-    private static func decode(_ object: JSONObject, pushToken: String, sealer: StoreSealer) -> Result<Installation, DecodingFailure> {
+    private static func decode(_ object: JSONObject, pushToken: String, sealer: StoreSealer,
+                               place: (String) -> String) -> Result<Installation, DecodingFailure> {
         guard let platform = object["platform"]?.stringValue.flatMap(Platform.init(rawValue:)),
               let service = object["push_service"]?.stringValue.flatMap(PushService.init(rawValue:)),
               let environment = object["environment"]?.stringValue.flatMap(APNsEnvironment.init(rawValue:)) else {
@@ -128,14 +140,16 @@ struct OutboxEntry: Sendable, Equatable {
         var keys: WebPushKeys?
         if let k = object["web_push_keys"]?.objectValue {
             guard let p256dh = k["p256dh"]?.stringValue, let auth = k["auth"]?.stringValue else { return .failure(.invalid("installation")) }
-            guard let openP256dh = sealer.open(p256dh), let openAuth = sealer.open(auth) else {
+            guard let openP256dh = sealer.open(p256dh, boundTo: place("p256dh")), let openAuth = sealer.open(auth, boundTo: place("auth")) else {
                 return .failure(.unreadable("installation.web_push_keys"))
             }
             keys = WebPushKeys(p256dh: openP256dh, auth: openAuth)
         }
         var previous: String?
         if let sealed = object["previous_push_token"]?.stringValue {
-            guard let opened = sealer.open(sealed) else { return .failure(.unreadable("installation.previous_push_token")) }
+            guard let opened = sealer.open(sealed, boundTo: place("previous_push_token")) else {
+                return .failure(.unreadable("installation.previous_push_token"))
+            }
             previous = opened
         }
         let s = { (key: String) in object[key]?.stringValue }

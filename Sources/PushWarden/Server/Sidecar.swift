@@ -226,7 +226,7 @@ public final class Sidecar: Sendable {
         let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer))
+                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, logger: logger.with(label: "inventory")))
         let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))

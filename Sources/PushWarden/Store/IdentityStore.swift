@@ -30,7 +30,7 @@ public struct IdentityStore: Sendable {
     public func get(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async -> UpstreamIdentity? {
         do {
             guard let stored = try await store.get(keys.identity, on: loop) else { return nil }
-            guard let raw = sealer.open(stored) else {
+            guard let raw = sealer.open(stored, boundTo: keys.identity) else {
                 logger.bounded(.warning, "identity cannot be opened (a store key this process does not hold, or altered); treated as none",
                                key: upstream, [("upstream", upstream)])
                 return nil
@@ -49,7 +49,7 @@ public struct IdentityStore: Sendable {
 
     public func set(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
         let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
-        let value = sealer.seal(JSONValue.object(object).encodedString())
+        let value = sealer.seal(JSONValue.object(object).encodedString(), boundTo: keys.identity)
         let store = store
         await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in
             try await store.set(keys.identity, value, ttlSeconds: Self.ttlSeconds, on: loop)
