@@ -10,7 +10,8 @@ public struct Policy: Sendable, Equatable {
     public var apps: [AppPolicy]
     /// The top-level `store:` block; nil when values are stored unencrypted.
     public var store: StorePolicy?
-    /// The server-to-server API (top-level `admin`); nil: its routes answer `404`.
+    /// The operator's token for the server-to-server API (top-level `admin`), which reaches
+    /// every app; nil, and no app has a token of its own (`AppPolicy.admin`): its routes answer `404`.
     public var admin: AdminPolicy?
     /// The file this policy came from, for messages.
     public var sourcePath: String
@@ -39,9 +40,10 @@ public struct Policy: Sendable, Equatable {
     public func app(_ id: String) -> AppPolicy? { apps.first { TextRules.bytesEqual($0.id, id) } }
 }
 
-/// Who may call the server-to-server API on the admin listener (policy key `admin`): the
-/// bearer of the token `token` names. Its value is judged when it is read, at start and at
-/// reload (`minimumTokenBytes`), never by `policy check`, which reads no secret.
+/// Who may call the server-to-server API on the admin listener: the bearer of the token `token`
+/// names. At the top level (`admin`) it is the operator's and reaches every app; under an app
+/// (`apps.<id>.admin`) it reaches that app only. Its value is judged when it is read, at start
+/// and at reload (`minimumTokenBytes`), never by `policy check`, which reads no secret.
 public struct AdminPolicy: Sendable, Equatable {
     /// The shortest admin token accepted: 32 bytes, what `openssl rand -hex 16` prints (128 bits
     /// of randomness in hex; `openssl rand -base64 32` gives 44).
@@ -72,15 +74,19 @@ public struct AppPolicy: Sendable, Equatable {
     public var dedupe: DedupePolicy
     public var upstreams: [UpstreamPolicy]
     public var inventory: InventoryPolicy
+    /// The app's own server-to-server token (`apps.<id>.admin`): it reaches this app's routes
+    /// only. Nil: only the operator's token (`Policy.admin`), if any, reaches them.
+    public var admin: AdminPolicy?
 
     public init(id: String, session: AppSession, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
-                inventory: InventoryPolicy = InventoryPolicy()) {
+                inventory: InventoryPolicy = InventoryPolicy(), admin: AdminPolicy? = nil) {
         self.id = id
         self.session = session
         self.client = client
         self.dedupe = dedupe
         self.upstreams = upstreams
         self.inventory = inventory
+        self.admin = admin
     }
 
     /// An app whose sessions are JWTs.

@@ -125,8 +125,9 @@ struct PolicyReader {
         return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store)
     }
 
-    /// `admin: {token: SECRET}`: the server-to-server API's bearer token. Its place is recorded so
-    /// that a token refused when it is read (too short) is reported where it is named.
+    /// `admin: {token: SECRET}`, at the top level (the operator's) or under an app (that app's
+    /// own): a server-to-server API bearer token. Its place is recorded so that a token refused
+    /// when it is read (too short, shared with another) is reported where it is named.
     func admin(_ node: YAMLNode, _ path: String) -> AdminPolicy? {
         let fields = Fields(checker, node, path, allowed: ["token"])
         guard fields.isMapping else { return nil }
@@ -162,14 +163,20 @@ struct PolicyReader {
     }
 
     func app(id: String, _ node: YAMLNode, _ path: String) -> AppPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory"])
+        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory", "admin"])
         let session = fields.required("session").flatMap { self.session($0, fields.at("session")) }
         let client = fields.required("client").flatMap { self.client($0, fields.at("client")) }
         let dedupe = fields["dedupe"].map { self.dedupe($0, fields.at("dedupe")) } ?? DedupePolicy(refreshAfterSeconds: 7 * 86_400)
         let upstreams = fields.required("upstreams").flatMap { self.upstreams($0, fields.at("upstreams")) }
         let inventory = fields["inventory"].map { self.inventory($0, fields.at("inventory")) } ?? InventoryPolicy()
-        guard let session, let client, let dedupe, let upstreams, let inventory else { return nil }
-        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory)
+        var admin: AdminPolicy?
+        var adminOK = true
+        if let node = fields["admin"] {
+            admin = self.admin(node, fields.at("admin"))
+            adminOK = admin != nil
+        }
+        guard let session, let client, let dedupe, let upstreams, let inventory, adminOK else { return nil }
+        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory, admin: admin)
     }
 
     // MARK: session

@@ -79,7 +79,7 @@ public final class Sidecar: Sendable {
     private let logger: Logger
     /// Internal for tests: the registration operations behind it are what the admin API calls.
     let handler: ClientAPIHandler
-    /// The server-to-server API on the admin listener; a reload replaces its token.
+    /// The server-to-server API on the admin listener; a reload replaces its tokens.
     private let contactRoutes: ContactRoutes
     private let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
@@ -207,11 +207,11 @@ public final class Sidecar: Sendable {
         hasOutbox = outboxClient != nil
         storePolicy = policy.store
         let sealer: StoreSealer
-        let adminToken: AdminToken?
+        let adminTokens: AdminTokens
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
-            adminToken = try AdminToken.resolve(policy, secrets: parts.builder.secrets)
+            adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
@@ -228,7 +228,7 @@ public final class Sidecar: Sendable {
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
-        let contactRoutes = ContactRoutes(token: adminToken, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
+        let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
                                           logger: logger)
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
@@ -273,7 +273,7 @@ public final class Sidecar: Sendable {
         if let sha256 { fields.append(("policy_sha256", sha256)) }
         // The key id is an HMAC of the key under a fixed label: it tells keys apart, nothing more.
         fields.append(("encryption_at_rest", sealer.keyID.map { "aes-256-gcm key \($0), \(sealer.previousKeyCount) previous" } ?? "off"))
-        fields.append(("server_to_server_api", Self.describe(adminToken)))
+        fields.append(("server_to_server_api", Self.describe(adminTokens)))
         logger.info("pushwarden listening", fields)
     }
 
@@ -289,21 +289,21 @@ public final class Sidecar: Sendable {
     /// - Important: callers serialize reloads (`PolicyReloader` does).
     public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
         let apps: [String: AppRuntime]
-        let adminToken: AdminToken?
+        let adminTokens: AdminTokens
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
                 throw StartupError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
-            adminToken = try AdminToken.resolve(policy, secrets: builder.secrets)
+            adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
             apps = try await builder.build(policy)
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)
             return .failure(ReloadError(description: error.description))
         }
         let old = handler.replaceApps(apps)
-        contactRoutes.replaceToken(adminToken)
+        contactRoutes.replaceTokens(adminTokens)
         for app in apps.values { app.jwks?.start() }
         for app in old.values { app.jwks?.stop() }
         metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
@@ -326,10 +326,13 @@ public final class Sidecar: Sendable {
         for line in diagnostics { logger.error("policy diagnostic", [("policy", policy), ("diagnostic", line)]) }
     }
 
-    /// The start line's word on the server-to-server API: whose token, or why it answers 404.
-    private static func describe(_ token: AdminToken?) -> String {
-        guard let token else { return "off (no admin block)" }
-        return "on (token from \(token.reference))"
+    /// The start line's word on the server-to-server API: whose tokens, or why it answers 404.
+    private static func describe(_ tokens: AdminTokens) -> String {
+        guard !tokens.isEmpty else { return "off (no admin token in the policy)" }
+        var parts: [String] = []
+        if let operatorToken = tokens.operatorToken { parts.append("operator token from \(operatorToken.reference), every app") }
+        for (app, token) in tokens.apps { parts.append("app \(app)'s token from \(token.reference)") }
+        return "on (" + parts.joined(separator: "; ") + ")"
     }
 
     /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
