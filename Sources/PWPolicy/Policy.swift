@@ -6,6 +6,9 @@ import PWCore
 /// they come from (`SecretRef`); they are resolved when the server starts.
 public struct Policy: Sendable, Equatable {
     public var version: Int
+    /// The top-level `serial`: raised with every signed change, so that an older signed file
+    /// cannot be put back (`serve --policy-key` requires it). Nil when the file has none.
+    public var serial: Int?
     /// Apps in file order.
     public var apps: [AppPolicy]
     /// The top-level `store:` block; nil when values are stored unencrypted.
@@ -19,9 +22,14 @@ public struct Policy: Sendable, Equatable {
     /// (`apps.shop.session.jwks_file`).
     public var locations: [String: PolicyLocation]
 
+    /// The largest `serial`: 2^53 - 1, the largest integer Redis's Lua numbers (doubles) hold
+    /// exactly, where the highest serial seen is kept.
+    public static let maximumSerial = 9_007_199_254_740_991
+
     public init(version: Int, apps: [AppPolicy], admin: AdminPolicy? = nil, sourcePath: String,
-                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil) {
+                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil, serial: Int? = nil) {
         self.version = version
+        self.serial = serial
         self.apps = apps
         self.admin = admin
         self.store = store

@@ -11,7 +11,8 @@ public enum PolicyExplainer {
 
     public static func explain(_ policy: Policy) -> String {
         var lines: [String] = []
-        lines.append("Policy \(policy.sourcePath) (version \(policy.version)): \(policy.apps.count) app(s)")
+        let serial = policy.serial.map { ", serial \($0)" } ?? ""
+        lines.append("Policy \(policy.sourcePath) (version \(policy.version)\(serial)): \(policy.apps.count) app(s)")
         lines.append(contentsOf: serverToServer(policy))
         for app in policy.apps {
             lines.append("")

@@ -25,7 +25,7 @@ public enum PolicyExplainerHTML {
             </head>
             <body>
             <header><h1>PushWarden policy <code>\(escape(policy.sourcePath))</code></h1>
-            <p>Version \(policy.version), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
+            <p>Version \(policy.version)\(policy.serial.map { ", serial \($0)" } ?? ""), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
             \(serverToServer(policy))</header>
             <main>
             <div class="diagrams">

@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store", "admin"])
+        let fields = Fields(checker, root, "", allowed: ["version", "serial", "apps", "store", "admin"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -104,6 +104,14 @@ struct PolicyReader {
             } else {
                 checker.report(node.mark, "version", "unsupported version \(value); this PushWarden reads version \(PolicyLoader.supportedVersion)")
             }
+        }
+        var serial: Int?
+        var serialOK = true
+        if let node = fields["serial"] {
+            serial = self.serial(node)
+            serialOK = serial != nil
+            // Where a refused serial (lower than the one in force) is reported.
+            checker.locate(node.mark, "serial")
         }
         var apps: [AppPolicy]?
         if let node = fields.required("apps") {
@@ -121,8 +129,23 @@ struct PolicyReader {
             admin = self.admin(node, fields.at("admin"))
             adminOK = admin != nil
         }
-        guard let version, let apps, storeValid, adminOK else { return nil }
-        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store)
+        guard let version, let apps, storeValid, adminOK, serialOK else { return nil }
+        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store,
+                      serial: serial)
+    }
+
+    /// `serial`: an unquoted integer in `0...Policy.maximumSerial`. Unlike the policy's other
+    /// integers (nine digits at most) it may be longer: a Unix time in seconds is a natural serial.
+    func serial(_ node: YAMLNode) -> Int? {
+        if case .scalar(let text, let style) = node.kind, !node.isNull, style == .plain, text.count > 9,
+           text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            guard let value = Int(text), value <= Policy.maximumSerial else {
+                checker.report(node.mark, "serial", "must be between 0 and \(Policy.maximumSerial), found \(Checker.clip(text))")
+                return nil
+            }
+            return value
+        }
+        return checker.int(node, "serial", in: 0...Policy.maximumSerial)
     }
 
     /// `admin: {token: SECRET}`, at the top level (the operator's) or under an app (that app's
