@@ -19,11 +19,6 @@ struct AdminToken: Sendable {
         digest = SHA256.hash(value)
     }
 
-    /// Whether `presented` is this token.
-    func accepts(_ presented: [UInt8]) -> Bool {
-        matches(digest: SHA256.hash(presented))
-    }
-
     /// Whether `digest` is the SHA-256 of this token, compared in constant time.
     func matches(digest presented: [UInt8]) -> Bool {
         constantTimeEquals(presented, digest)
