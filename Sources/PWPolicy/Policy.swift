@@ -6,11 +6,15 @@ import PWCore
 /// they come from (`SecretRef`); they are resolved when the server starts.
 public struct Policy: Sendable, Equatable {
     public var version: Int
+    /// The top-level `serial`: raised with every signed change, so that an older signed file
+    /// cannot be put back (`serve --policy-key` requires it). Nil when the file has none.
+    public var serial: Int?
     /// Apps in file order.
     public var apps: [AppPolicy]
     /// The top-level `store:` block; nil when values are stored unencrypted.
     public var store: StorePolicy?
-    /// The server-to-server API (top-level `admin`); nil: its routes answer `404`.
+    /// The operator's token for the server-to-server API (top-level `admin`), which reaches
+    /// every app; nil, and no app has a token of its own (`AppPolicy.admin`): its routes answer `404`.
     public var admin: AdminPolicy?
     /// The signed evidence trail of erasures (top-level `audit`); nil: none is kept.
     public var audit: AuditPolicy?
@@ -20,9 +24,14 @@ public struct Policy: Sendable, Equatable {
     /// (`apps.shop.session.jwks_file`).
     public var locations: [String: PolicyLocation]
 
+    /// The largest `serial`: 2^53 - 1, the largest integer Redis's Lua numbers (doubles) hold
+    /// exactly, where the highest serial seen is kept.
+    public static let maximumSerial = 9_007_199_254_740_991
+
     public init(version: Int, apps: [AppPolicy], admin: AdminPolicy? = nil, sourcePath: String,
-                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil, audit: AuditPolicy? = nil) {
+                locations: [String: PolicyLocation] = [:], store: StorePolicy? = nil, serial: Int? = nil, audit: AuditPolicy? = nil) {
         self.version = version
+        self.serial = serial
         self.audit = audit
         self.apps = apps
         self.admin = admin
@@ -42,9 +51,10 @@ public struct Policy: Sendable, Equatable {
     public func app(_ id: String) -> AppPolicy? { apps.first { TextRules.bytesEqual($0.id, id) } }
 }
 
-/// Who may call the server-to-server API on the admin listener (policy key `admin`): the
-/// bearer of the token `token` names. Its value is judged when it is read, at start and at
-/// reload (`minimumTokenBytes`), never by `policy check`, which reads no secret.
+/// Who may call the server-to-server API on the admin listener: the bearer of the token `token`
+/// names. At the top level (`admin`) it is the operator's and reaches every app; under an app
+/// (`apps.<id>.admin`) it reaches that app only. Its value is judged when it is read, at start
+/// and at reload (`minimumTokenBytes`), never by `policy check`, which reads no secret.
 public struct AdminPolicy: Sendable, Equatable {
     /// The shortest admin token accepted: 32 bytes, what `openssl rand -hex 16` prints (128 bits
     /// of randomness in hex; `openssl rand -base64 32` gives 44).
@@ -83,15 +93,19 @@ public struct AppPolicy: Sendable, Equatable {
     public var dedupe: DedupePolicy
     public var upstreams: [UpstreamPolicy]
     public var inventory: InventoryPolicy
+    /// The app's own server-to-server token (`apps.<id>.admin`): it reaches this app's routes
+    /// only. Nil: only the operator's token (`Policy.admin`), if any, reaches them.
+    public var admin: AdminPolicy?
 
     public init(id: String, session: AppSession, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
-                inventory: InventoryPolicy = InventoryPolicy()) {
+                inventory: InventoryPolicy = InventoryPolicy(), admin: AdminPolicy? = nil) {
         self.id = id
         self.session = session
         self.client = client
         self.dedupe = dedupe
         self.upstreams = upstreams
         self.inventory = inventory
+        self.admin = admin
     }
 
     /// An app whose sessions are JWTs.

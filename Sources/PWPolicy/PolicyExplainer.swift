@@ -11,12 +11,16 @@ public enum PolicyExplainer {
 
     public static func explain(_ policy: Policy) -> String {
         var lines: [String] = []
-        lines.append("Policy \(policy.sourcePath) (version \(policy.version)): \(policy.apps.count) app(s)")
-        lines.append(contentsOf: serverToServer(policy.admin))
+        let serial = policy.serial.map { ", serial \($0)" } ?? ""
+        lines.append("Policy \(policy.sourcePath) (version \(policy.version)\(serial)): \(policy.apps.count) app(s)")
+        lines.append(contentsOf: serverToServer(policy))
         lines.append(contentsOf: evidenceTrail(policy.audit))
         for app in policy.apps {
             lines.append("")
             lines.append(contentsOf: explain(app))
+            if policy.admin != nil || policy.apps.contains(where: { $0.admin != nil }) {
+                lines.append("  Server-to-server API: " + reach(app, policy: policy))
+            }
         }
         lines.append("")
         lines.append("Store (every app): " + encryptionAtRest(policy.store))
@@ -48,21 +52,48 @@ public enum PolicyExplainer {
         ]
     }
 
-    /// Who may call the server-to-server API (contract section 8): the admin listener only, with
-    /// the admin token named by reference.
-    static func serverToServer(_ admin: AdminPolicy?) -> [String] {
+    /// Who may call the server-to-server API (contract section 8), and which app each token
+    /// reaches: the operator's (`admin.token`) every app, an app's own (`apps.<id>.admin.token`)
+    /// that app only. Tokens are named by reference.
+    static func serverToServer(_ policy: Policy) -> [String] {
         let routes = "GET and DELETE /v1/apps/{app}/contacts/{contact}/installations"
-        guard let admin else {
-            return ["Server-to-server API: disabled (no admin block); \(routes) answer 404 on both listeners"]
+        let appTokens = policy.apps.filter { $0.admin != nil }
+        guard policy.admin != nil || !appTokens.isEmpty else {
+            return ["Server-to-server API: disabled (no admin token in the policy); \(routes) answer 404 on both listeners"]
         }
-        return [
+        var out = [
             "Server-to-server API: enabled, on the admin listener only (the client listener answers 404 there)",
-            "  - who may call: the bearer of the admin token from \(admin.token) (Authorization: Bearer <token>; compared in constant time; "
-                + "at least \(AdminPolicy.minimumTokenBytes) bytes)",
-            "  - \(routes), for every app below: list a contact's installations (tokens as short hashes); "
-                + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)",
-            "  - secret referenced (name only): \(admin.token) (admin token)",
+            "  - who may call: the bearer of an admin token (Authorization: Bearer <token>; compared in constant time; "
+                + "at least \(AdminPolicy.minimumTokenBytes) bytes; no two tokens alike)",
         ]
+        if let admin = policy.admin {
+            out.append("  - the operator's admin token from \(admin.token) (admin.token) reaches every app")
+        } else {
+            out.append("  - no operator token (no top-level admin block): an app is reached with its own token only")
+        }
+        for app in policy.apps {
+            out.append("  - app '\(app.id)': " + reach(app, policy: policy))
+        }
+        out.append("  - \(routes): list a contact's installations (tokens as short hashes); "
+                   + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)")
+        if let admin = policy.admin { out.append("  - secret referenced (name only): \(admin.token) (admin token)") }
+        return out
+    }
+
+    /// Which tokens reach `app`'s server-to-server routes, completing "app 'shop': ".
+    static func reach(_ app: AppPolicy, policy: Policy) -> String {
+        switch (policy.admin, app.admin) {
+        case (_?, let own?):
+            return "the operator's token and its own from \(own.token) (apps.\(app.id).admin.token), which reaches this app only "
+                + "(sent for any other app it gets the same 401 as a wrong token)"
+        case (nil, let own?):
+            return "its own token from \(own.token) (apps.\(app.id).admin.token), which reaches this app only "
+                + "(sent for any other app it gets the same 401 as a wrong token)"
+        case (_?, nil):
+            return "the operator's token only"
+        case (nil, nil):
+            return "no token (its routes answer 401 to every caller)"
+        }
     }
 
     static func explain(_ app: AppPolicy) -> [String] {
@@ -139,6 +170,7 @@ public enum PolicyExplainer {
 
         var secrets: [String] = []
         if let use = sessionSecret(app.session) { secrets.append("\(use.reference) (\(use.purpose))") }
+        if let admin = app.admin { secrets.append("\(admin.token) (this app's admin token)") }
         for upstream in app.upstreams {
             for use in upstream.provider.settings.secrets {
                 secrets.append("\(use.reference) (upstream '\(upstream.name)' \(use.purpose))")

@@ -25,8 +25,8 @@ public enum PolicyExplainerHTML {
             </head>
             <body>
             <header><h1>PushWarden policy <code>\(escape(policy.sourcePath))</code></h1>
-            <p>Version \(policy.version), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
-            \(serverToServer(policy.admin))
+            <p>Version \(policy.version)\(policy.serial.map { ", serial \($0)" } ?? ""), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
+            \(serverToServer(policy))
             \(evidenceTrail(policy.audit))</header>
             <main>
             <div class="diagrams">
@@ -59,13 +59,38 @@ public enum PolicyExplainerHTML {
             + "<code class=\"k secret\">\(escape(audit.signingKey.description))</code>, to an append-only trail in Redis.</p>"
     }
 
-    static func serverToServer(_ admin: AdminPolicy?) -> String {
-        guard let admin else {
-            return "<p class=\"s2s\">Server-to-server API: <strong>disabled</strong> (no <code>admin</code> block); its routes answer 404.</p>"
+    /// Who may call the server-to-server API, and which app each token reaches: one paragraph
+    /// under the page's title, and a list when apps have tokens of their own.
+    static func serverToServer(_ policy: Policy) -> String {
+        let appTokens = policy.apps.compactMap { app in app.admin.map { (app.id, $0) } }
+        guard policy.admin != nil || !appTokens.isEmpty else {
+            return "<p class=\"s2s\">Server-to-server API: <strong>disabled</strong> (no admin token in the policy); its routes answer 404.</p>"
         }
-        return "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, for the bearer of the admin token from "
-            + "<code class=\"k secret\">\(escape(admin.token.description))</code>: list and erase a contact's installations "
-            + "(<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>).</p>"
+        var who: String
+        if let admin = policy.admin {
+            who = "for the bearer of the operator's admin token from <code class=\"k secret\">\(escape(admin.token.description))</code> "
+                + "(every app)"
+        } else {
+            who = "with no operator token (each app only with its own)"
+        }
+        if !appTokens.isEmpty { who += " and of each app's own token (that app only; for another app the same 401 as a wrong token)" }
+        var html = "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, \(who): list and erase a "
+            + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>).</p>"
+        if !appTokens.isEmpty {
+            html += "\n<ul class=\"s2s\">"
+            for app in policy.apps {
+                html += "<li>App <code>\(escape(app.id))</code>: "
+                if let own = app.admin {
+                    html += "its own token from <code class=\"k secret\">\(escape(own.token.description))</code>"
+                    html += policy.admin == nil ? "" : " and the operator's"
+                } else {
+                    html += policy.admin == nil ? "no token reaches it" : "the operator's token only"
+                }
+                html += "</li>"
+            }
+            html += "</ul>"
+        }
+        return html
     }
 
     /// `text` made safe for HTML and SVG text and for quoted attribute values: `& < > " '` become

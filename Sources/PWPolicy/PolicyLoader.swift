@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "apps", "store", "admin", "audit"])
+        let fields = Fields(checker, root, "", allowed: ["version", "serial", "apps", "store", "admin", "audit"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -104,6 +104,14 @@ struct PolicyReader {
             } else {
                 checker.report(node.mark, "version", "unsupported version \(value); this PushWarden reads version \(PolicyLoader.supportedVersion)")
             }
+        }
+        var serial: Int?
+        var serialOK = true
+        if let node = fields["serial"] {
+            serial = self.serial(node)
+            serialOK = serial != nil
+            // Where a refused serial (lower than the one in force) is reported.
+            checker.locate(node.mark, "serial")
         }
         var apps: [AppPolicy]?
         if let node = fields.required("apps") {
@@ -127,9 +135,9 @@ struct PolicyReader {
             audit = self.audit(node, fields.at("audit"))
             auditOK = audit != nil
         }
-        guard let version, let apps, storeValid, adminOK, auditOK else { return nil }
+        guard let version, let apps, storeValid, adminOK, serialOK, auditOK else { return nil }
         return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store,
-                      audit: audit)
+                      serial: serial, audit: audit)
     }
 
     /// `audit: {signing_key: SECRET}`: the key that signs the evidence trail's receipts.
@@ -143,8 +151,23 @@ struct PolicyReader {
         return AuditPolicy(signingKey: key)
     }
 
-    /// `admin: {token: SECRET}`: the server-to-server API's bearer token. Its place is recorded so
-    /// that a token refused when it is read (too short) is reported where it is named.
+    /// `serial`: an unquoted integer in `0...Policy.maximumSerial`. Unlike the policy's other
+    /// integers (nine digits at most) it may be longer: a Unix time in seconds is a natural serial.
+    func serial(_ node: YAMLNode) -> Int? {
+        if case .scalar(let text, let style) = node.kind, !node.isNull, style == .plain, text.count > 9,
+           text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            guard let value = Int(text), value <= Policy.maximumSerial else {
+                checker.report(node.mark, "serial", "must be between 0 and \(Policy.maximumSerial), found \(Checker.clip(text))")
+                return nil
+            }
+            return value
+        }
+        return checker.int(node, "serial", in: 0...Policy.maximumSerial)
+    }
+
+    /// `admin: {token: SECRET}`, at the top level (the operator's) or under an app (that app's
+    /// own): a server-to-server API bearer token. Its place is recorded so that a token refused
+    /// when it is read (too short, shared with another) is reported where it is named.
     func admin(_ node: YAMLNode, _ path: String) -> AdminPolicy? {
         let fields = Fields(checker, node, path, allowed: ["token"])
         guard fields.isMapping else { return nil }
@@ -180,14 +203,20 @@ struct PolicyReader {
     }
 
     func app(id: String, _ node: YAMLNode, _ path: String) -> AppPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory"])
+        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory", "admin"])
         let session = fields.required("session").flatMap { self.session($0, fields.at("session")) }
         let client = fields.required("client").flatMap { self.client($0, fields.at("client")) }
         let dedupe = fields["dedupe"].map { self.dedupe($0, fields.at("dedupe")) } ?? DedupePolicy(refreshAfterSeconds: 7 * 86_400)
         let upstreams = fields.required("upstreams").flatMap { self.upstreams($0, fields.at("upstreams")) }
         let inventory = fields["inventory"].map { self.inventory($0, fields.at("inventory")) } ?? InventoryPolicy()
-        guard let session, let client, let dedupe, let upstreams, let inventory else { return nil }
-        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory)
+        var admin: AdminPolicy?
+        var adminOK = true
+        if let node = fields["admin"] {
+            admin = self.admin(node, fields.at("admin"))
+            adminOK = admin != nil
+        }
+        guard let session, let client, let dedupe, let upstreams, let inventory, adminOK else { return nil }
+        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory, admin: admin)
     }
 
     // MARK: session

@@ -158,7 +158,8 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
     let signals = TerminationSignals()
     let sidecar: Sidecar
     do {
-        sidecar = try await Sidecar.start(policy: source.policy, sha256: source.sha256, configuration: configuration, logger: logger)
+        sidecar = try await Sidecar.start(policy: source.policy, sha256: source.sha256, signed: source.signed, configuration: configuration,
+                                          logger: logger)
     } catch {
         fail(error.description, code: 1)
     }
@@ -293,13 +294,24 @@ func signOrVerify(_ command: String, _ arguments: ArraySlice<String>) -> Never {
     guard let keyPath, files.count == 1, let file = files.first else { fail("policy \(command) needs --key KEY.pem and exactly one FILE") }
     guard let bytes = readWholeFile(file) else { fail("cannot read \(file)", code: 1) }
     if command == "sign" {
+        // Only what `serve --policy-key` would take is signed: a valid policy with a serial.
+        guard let text = String(validating: bytes, as: UTF8.self) else { fail("\(file): the policy file is not valid UTF-8", code: 1) }
+        let serial: Int
+        switch PolicyLoader.load(text: text, path: file) {
+        case .failure(let diagnostics):
+            for diagnostic in diagnostics.diagnostics { printError(diagnostic.description) }
+            exit(1)
+        case .success(let policy):
+            guard let value = policy.serial else { fail(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description, code: 1) }
+            serial = value
+        }
         guard let pem = readWholeFile(keyPath) else { fail("cannot read the key \(keyPath)", code: 1) }
         do {
             let key = try Ed25519PrivateKey(pem: pem)
             let signature = try key.sign(bytes)
             let target = PolicyFile.signaturePath(file)
             guard writeWholeFile(target, signature) else { fail("cannot write \(target)", code: 1) }
-            print("\(target): signed \(file) (sha256 \(SHA256.hexHash(bytes)))")
+            print("\(target): signed \(file) (sha256 \(SHA256.hexHash(bytes)), serial \(serial))")
             exit(0)
         } catch {
             fail("the key \(keyPath) is not a PEM Ed25519 private key (\(error.message))", code: 1)

@@ -3,6 +3,7 @@ import HTTPClient
 import PWCore
 import PWCrypto
 import PushWardenTestSupport
+import RedisClient
 import SessionAuth
 import Synchronization
 import Testing
@@ -81,8 +82,8 @@ import Testing
 
     /// A policy whose apps each take HS256 sessions signed with the secret in `secretFile`, and
     /// forward to `upstream` (YAML under `upstreams:`, default a dry run).
-    static func policy(apps: [String], secretFile: String, upstream: String? = nil, extraSessionKey: String = "") -> String {
-        var yaml = "version: 1\napps:\n"
+    static func policy(apps: [String], secretFile: String, upstream: String? = nil, extraSessionKey: String = "", serial: Int? = nil) -> String {
+        var yaml = "version: 1\n" + (serial.map { "serial: \($0)\n" } ?? "") + "apps:\n"
         for app in apps {
             yaml += """
                   \(app):
@@ -145,7 +146,7 @@ import Testing
         #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret1), client: client) == 202)
         var metrics = try await Self.metrics(served, client: client)
         #expect(metrics.contains(#"pushwarden_policy_reloads_total{result="ok"} 1"#), "\(metrics)")
-        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(try Self.sha256(s.path("p.yaml")))"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(try Self.sha256(s.path("p.yaml")))",serial=""} 1"#), "\(metrics)")
 
         // The secret file rotated: the same policy, loaded again, takes the new secret.
         try s.write("secret", Self.secret2)
@@ -169,7 +170,7 @@ import Testing
         #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret2), client: client) == 202)
         metrics = try await Self.metrics(served, client: client)
         #expect(metrics.contains(#"pushwarden_policy_reloads_total{result="error"} 2"#), "\(metrics)")
-        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(goodSHA)"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(goodSHA)",serial=""} 1"#), "\(metrics)")
     }
 
     /// A request that began before a reload removed its app finishes on the policy it began with.
@@ -226,7 +227,7 @@ import Testing
         try JWKSCommandLineTests.Keys.openssl(["genpkey", "-algorithm", "ed25519", "-out", s.path("priv.pem")])
         try JWKSCommandLineTests.Keys.openssl(["pkey", "-in", s.path("priv.pem"), "-pubout", "-out", s.path("pub.pem")])
         try s.write("secret", Self.secret1)
-        try s.write("p.yaml", Self.policy(apps: ["one"], secretFile: s.path("secret")))
+        try s.write("p.yaml", Self.policy(apps: ["one"], secretFile: s.path("secret"), serial: 1))
         let signed = try CommandLineTests.run(["policy", "sign", "--key", s.path("priv.pem"), s.path("p.yaml")])
         try #require(signed.status == 0, "\(signed.stderr)")
         let served = try Served(["--policy", s.path("p.yaml"), "--policy-key", s.path("pub.pem")])
@@ -236,7 +237,7 @@ import Testing
         #expect(try await Self.register(served, app: "one", token: Self.token(Self.secret1), client: client) == 202)
 
         // Changed after signing: refused, and one keeps serving.
-        try s.write("p.yaml", Self.policy(apps: ["one", "two"], secretFile: s.path("secret")))
+        try s.write("p.yaml", Self.policy(apps: ["one", "two"], secretFile: s.path("secret"), serial: 2))
         served.hangUp()
         #expect(served.waitFor("policy reload refused; the running policy stays", count: 1), "\(served.text)")
         #expect(served.text.contains("does not match"), "\(served.text)")
@@ -250,5 +251,140 @@ import Testing
         served.hangUp()
         #expect(served.waitFor("\"policy reloaded\"", count: 1), "\(served.text)")
         #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret1), client: client) == 202)
+    }
+
+    // MARK: Rollback of a signed policy
+
+    /// Keys made by `openssl`, and `FILE` written and signed as the reviewers would.
+    final class Signer: Sendable {
+        let scratch: Scratch
+        init(_ scratch: Scratch) throws {
+            self.scratch = scratch
+            try JWKSCommandLineTests.Keys.openssl(["genpkey", "-algorithm", "ed25519", "-out", scratch.path("priv.pem")])
+            try JWKSCommandLineTests.Keys.openssl(["pkey", "-in", scratch.path("priv.pem"), "-pubout", "-out", scratch.path("pub.pem")])
+        }
+        var publicKey: String { scratch.path("pub.pem") }
+
+        /// Writes `text` to `name` and signs it; returns the file's SHA-256.
+        @discardableResult
+        func write(_ name: String, _ text: String) throws -> String {
+            try scratch.write(name, text)
+            let signed = try CommandLineTests.run(["policy", "sign", "--key", scratch.path("priv.pem"), scratch.path(name)])
+            guard signed.status == 0 else { throw RawHTTPClient.Failure(description: "policy sign: \(signed.stderr)") }
+            return try PolicyReloadTests.sha256(scratch.path(name))
+        }
+
+        /// Puts `from` and its signature in place of `to` (an attacker replaying an old file).
+        func replay(_ from: String, as to: String) throws {
+            for suffix in ["", ".sig"] {
+                let data = try Data(contentsOf: URL(fileURLWithPath: scratch.path(from + suffix)))
+                try data.write(to: URL(fileURLWithPath: scratch.path(to + suffix)))
+            }
+        }
+    }
+
+    /// A signed policy that was once in force (serial 1) is replayed after serial 2 replaced
+    /// it: its signature still verifies, but a reload refuses it, counts it and keeps serial 2;
+    /// so is another file signed with the same serial. The running file itself reloads (a
+    /// rotated secret), and a signed file without a serial is refused.
+    @Test func aSignedPolicyCannotBeRolledBackByAReload() async throws {
+        let s = try Scratch()
+        let signer = try Signer(s)
+        try s.write("secret", Self.secret1)
+        try signer.write("v1.yaml", Self.policy(apps: ["one"], secretFile: s.path("secret"), serial: 1))
+        try signer.replay("v1.yaml", as: "p.yaml")
+        let served = try Served(["--policy", s.path("p.yaml"), "--policy-key", signer.publicKey])
+        defer { served.stop() }
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        #expect(served.text.contains(#""policy_serial":"1""#), "\(served.text)")
+
+        let v2 = try signer.write("p.yaml", Self.policy(apps: ["one", "two"], secretFile: s.path("secret"), serial: 2))
+        served.hangUp()
+        #expect(served.waitFor("\"policy reloaded\"", count: 1), "\(served.text)")
+        #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret1), client: client) == 202)
+        var metrics = try await Self.metrics(served, client: client)
+        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(v2)",serial="2"} 1"#), "\(metrics)")
+
+        // The old file and its (valid) signature put back.
+        try signer.replay("v1.yaml", as: "p.yaml")
+        #expect(try CommandLineTests.run(["policy", "verify", "--key", signer.publicKey, s.path("p.yaml")]).status == 0)
+        served.hangUp()
+        #expect(served.waitFor("policy reload refused; the running policy stays", count: 1), "\(served.text)")
+        #expect(served.text.contains("serial: serial 1 is lower than the running policy's serial 2: a signed policy is never rolled back"), "\(served.text)")
+        #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret1), client: client) == 202, "serial 2 still serves")
+
+        // Another file signed with the running serial.
+        try signer.write("p.yaml", Self.policy(apps: ["one", "two", "three"], secretFile: s.path("secret"), serial: 2))
+        served.hangUp()
+        #expect(served.waitFor("policy reload refused; the running policy stays", count: 2), "\(served.text)")
+        #expect(served.text.contains("serial: serial 2 is the running policy's, but the file differs (sha256 "), "\(served.text)")
+        #expect(try await Self.register(served, app: "three", token: Self.token(Self.secret1), client: client) == 404)
+
+        // Signed (by openssl: `policy sign` refuses it), but without a serial.
+        try s.write("p.yaml", Self.policy(apps: ["one", "two", "three"], secretFile: s.path("secret")))
+        try JWKSCommandLineTests.Keys.openssl(["pkeyutl", "-sign", "-inkey", s.path("priv.pem"), "-rawin", "-in", s.path("p.yaml"),
+                                               "-out", s.path("p.yaml.sig")])
+        served.hangUp()
+        #expect(served.waitFor("policy reload refused; the running policy stays", count: 3), "\(served.text)")
+        #expect(served.text.contains("serial: a signed policy needs a top-level serial"), "\(served.text)")
+
+        // The very file in force again (its secret rotated): same serial, same bytes, reloaded.
+        try signer.write("p.yaml", Self.policy(apps: ["one", "two"], secretFile: s.path("secret"), serial: 2))
+        try s.write("secret", Self.secret2)
+        served.hangUp()
+        #expect(served.waitFor("\"policy reloaded\"", count: 2), "\(served.text)")
+        #expect(try await Self.register(served, app: "two", token: Self.token(Self.secret2), client: client) == 202)
+        metrics = try await Self.metrics(served, client: client)
+        #expect(metrics.contains(#"pushwarden_policy_reloads_total{result="error"} 3"#), "\(metrics)")
+        #expect(metrics.contains(#"pushwarden_policy_info{sha256="\#(v2)",serial="2"} 1"#), "\(metrics)")
+    }
+
+    /// With the Redis store, the highest serial any replica put in force is kept in Redis: a
+    /// restart (or another replica) with an older signed file does not start, nor one with the
+    /// same serial and other bytes; a reload to a higher serial raises the record.
+    @Test func aSignedPolicyCannotBeRolledBackByARestart() async throws {
+        let redis = try RedisServer.start()
+        defer { redis.stop() }
+        let s = try Scratch()
+        let signer = try Signer(s)
+        try s.write("secret", Self.secret1)
+        try signer.write("v1.yaml", Self.policy(apps: ["one"], secretFile: s.path("secret"), serial: 1))
+        let v2 = try signer.write("v2.yaml", Self.policy(apps: ["one", "two"], secretFile: s.path("secret"), serial: 2))
+        try signer.write("v2b.yaml", Self.policy(apps: ["one", "three"], secretFile: s.path("secret"), serial: 2))
+        try signer.write("v3.yaml", Self.policy(apps: ["one", "two", "three"], secretFile: s.path("secret"), serial: 3))
+        let redisClient = RedisClient(configuration: redis.configuration())
+        defer { redisClient.close() }
+        func recorded() async throws -> String? { try await redisClient.send(["HGET", "pw:v2:{policy}:serial", "serial"]).string }
+
+        try signer.replay("v2.yaml", as: "p.yaml")
+        let first = try Served(["--policy", s.path("p.yaml"), "--policy-key", signer.publicKey, "--redis", redis.url])
+        first.stop()
+        #expect(try await recorded() == "2")
+
+        for (name, message) in [
+            ("v1.yaml", "serial: serial 1 is lower than serial 2, the highest this store has seen: a signed policy is never rolled back"),
+            ("v2b.yaml", "serial: serial 2 was seen by this store with other content (sha256 \(v2)"),
+        ] {
+            try signer.replay(name, as: "p.yaml")
+            let refused = try CommandLineTests.run(["serve", "--policy", s.path("p.yaml"), "--policy-key", signer.publicKey, "--redis", redis.url,
+                                                    "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            #expect(refused.status == 1, "\(name)")
+            #expect(refused.stderr.contains(message), "\(name): \(refused.stderr)")
+        }
+        #expect(try await recorded() == "2")
+
+        // The same file starts again; a reload to serial 3 raises the record.
+        try signer.replay("v2.yaml", as: "p.yaml")
+        let served = try Served(["--policy", s.path("p.yaml"), "--policy-key", signer.publicKey, "--redis", redis.url])
+        defer { served.stop() }
+        try signer.replay("v3.yaml", as: "p.yaml")
+        served.hangUp()
+        #expect(served.waitFor("\"policy reloaded\"", count: 1), "\(served.text)")
+        #expect(try await recorded() == "3")
+        try signer.replay("v2.yaml", as: "p.yaml")
+        served.hangUp()
+        #expect(served.waitFor("policy reload refused; the running policy stays", count: 1), "\(served.text)")
+        #expect(try await recorded() == "3")
     }
 }

@@ -14,7 +14,7 @@ import Testing
         }
         try s.write("secret", PolicyReloadTests.secret1)
         let file = s.path("p.yaml")
-        try s.write("p.yaml", PolicyReloadTests.policy(apps: ["one"], secretFile: s.path("secret")))
+        try s.write("p.yaml", PolicyReloadTests.policy(apps: ["one"], secretFile: s.path("secret"), serial: 1))
         func verify(_ key: String) throws -> CommandLineTests.Run {
             try CommandLineTests.run(["policy", "verify", "--key", s.path(key), file])
         }
@@ -67,6 +67,24 @@ import Testing
         let served = try PolicyReloadTests.Served(["--policy", file], environment: ["PUSHWARDEN_POLICY_KEY": s.path("b.pub")])
         served.stop()
         #expect(served.process.terminationStatus == 0)
+    }
+
+    /// `policy sign` signs only what `serve --policy-key` would take: a valid policy with a serial.
+    @Test func signRefusesAPolicyWithoutASerial() throws {
+        let s = try PolicyReloadTests.Scratch()
+        _ = try JWKSCommandLineTests.Keys.openssl(["genpkey", "-algorithm", "ed25519", "-out", s.path("a.key")])
+        try s.write("secret", PolicyReloadTests.secret1)
+        let file = s.path("p.yaml")
+        try s.write("p.yaml", PolicyReloadTests.policy(apps: ["one"], secretFile: s.path("secret")))
+        var result = try CommandLineTests.run(["policy", "sign", "--key", s.path("a.key"), file])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("\(file):1:1: serial: a signed policy needs a top-level serial"), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: file + ".sig"))
+
+        try s.write("p.yaml", PolicyReloadTests.policy(apps: ["one"], secretFile: s.path("secret"), serial: 7))
+        result = try CommandLineTests.run(["policy", "sign", "--key", s.path("a.key"), file])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains(", serial 7)"), "\(result.stdout)")
     }
 
     @Test func ed25519RoundTrip() throws {

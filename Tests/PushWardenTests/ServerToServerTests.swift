@@ -363,6 +363,115 @@ import Testing
         }
     }
 
+    // MARK: Tokens per app (one policy, several tenants)
+
+    static let shopToken = "pw-shop-" + String(repeating: "0a1b2c3d4e5f6a7b", count: 2)
+    static let blogToken = "pw-blog-" + String(repeating: "9f8e7d6c5b4a3f2e", count: 2)
+
+    /// The body of `reply` with its request id taken out, so two refusals can be compared whole.
+    static func withoutRequestID(_ reply: Harness.Reply) -> String {
+        reply.text.replacingOccurrences(of: reply.headers["X-Request-Id"] ?? "\u{0}", with: "")
+    }
+
+    /// An app token lists and erases its own app's contacts and nothing else: for another app
+    /// (known or not) it gets the very answer a wrong token gets, so it learns nothing of the
+    /// other tenants. The operator's token (`admin.token`) reaches every app.
+    @Test func anAppTokenReachesOnlyItsOwnApp() async throws {
+        let fake = RecordingAdministration()
+        try await withTenantSidecar(fake, policy: try AdminHarness.tenants()) { h in
+            let wrong = try await h.request("GET", path: "/v1/apps/shop/contacts/zoe/installations",
+                                            authorization: "Bearer " + String(Self.shopToken.reversed()))
+            #expect(wrong.status == 401)
+            for (token, own, other) in [(Self.shopToken, "shop", "blog"), (Self.blogToken, "blog", "shop")] {
+                let bearer = "Bearer " + token
+                #expect(try await h.request("GET", path: "/v1/apps/\(own)/contacts/zoe/installations", authorization: bearer).status == 200)
+                #expect(try await h.request("DELETE", path: "/v1/apps/\(own)/contacts/zoe/installations", authorization: bearer).status == 202)
+                for app in [other, "no-such-app", own.uppercased()] {
+                    for method in ["GET", "DELETE", "POST"] {
+                        let reply = try await h.request(method, path: "/v1/apps/\(app)/contacts/zoe/installations", authorization: bearer)
+                        #expect(reply.status == 401, "\(own)'s token, \(method) \(app)")
+                        #expect(reply.headers["WWW-Authenticate"] == "Bearer")
+                        #expect(Self.withoutRequestID(reply) == Self.withoutRequestID(wrong), "\(own)'s token, \(method) \(app)")
+                    }
+                }
+            }
+            let operatorToken = "Bearer " + Self.adminToken
+            for app in ["shop", "blog"] {
+                #expect(try await h.request("GET", path: "/v1/apps/\(app)/contacts/zoe/installations", authorization: operatorToken).status == 200)
+            }
+            #expect(try await h.request("GET", path: "/v1/apps/no-such-app/contacts/zoe/installations", authorization: operatorToken).status == 404)
+            #expect(fake.calls.map { "\($0.operation) \($0.app)" } == ["list shop", "erase shop", "list blog", "erase blog", "list shop", "list blog"])
+            let refused = h.logLines.filter { $0["msg"] == "admin token refused" }
+            #expect(Set(refused.compactMap { $0["reason"]?.stringValue }) == ["wrong token", "token of another app"])
+            let audit = h.logLines.filter { $0["logger"]?.stringValue == "audit" }.compactMap { $0["credential"]?.stringValue }
+            #expect(audit == ["app token", "app token"])
+            for token in [Self.adminToken, Self.shopToken, Self.blogToken] { #expect(!h.logs.text.contains(token)) }
+        }
+    }
+
+    /// App tokens alone (no top-level `admin`) open the routes: each app to its own token; an
+    /// app without one is reached by nobody.
+    @Test func appTokensWithoutAnOperatorToken() async throws {
+        let fake = RecordingAdministration()
+        try await withTenantSidecar(fake, policy: try AdminHarness.tenants(operatorToken: false, blog: nil)) { h in
+            #expect(try await h.request("GET", path: "/v1/apps/shop/contacts/zoe/installations", authorization: "Bearer " + Self.shopToken).status == 200)
+            for token in [Self.shopToken, Self.blogToken, Self.adminToken] {
+                let reply = try await h.request("GET", path: "/v1/apps/blog/contacts/zoe/installations", authorization: "Bearer " + token)
+                #expect(reply.status == 401)
+                #expect(reply.errorCode == "unauthorized")
+            }
+            #expect(fake.calls.map(\.app) == ["shop"])
+        }
+    }
+
+    /// A reload puts changed app tokens in force with the rest of the policy; a policy in which
+    /// two tenants would share a token (or an app the operator's) is refused, and the running
+    /// tokens stay.
+    @Test func aReloadSwapsAppTokens() async throws {
+        let fake = RecordingAdministration()
+        try await withTenantSidecar(fake, policy: try AdminHarness.tenants()) { h in
+            let path = "/v1/apps/blog/contacts/zoe/installations"
+            #expect(try await h.request("GET", path: path, authorization: "Bearer " + Self.blogToken).status == 200)
+            guard case .success = await h.sidecar.reload(try AdminHarness.tenants(blog: "TEST_BLOG_ADMIN_TOKEN_NEXT"), sha256: "next") else {
+                Issue.record("reload refused")
+                return
+            }
+            let next = "Bearer " + "pw-blog-next-" + String(repeating: "0123456789abcdef", count: 2)
+            #expect(try await h.request("GET", path: path, authorization: "Bearer " + Self.blogToken).status == 401)
+            #expect(try await h.request("GET", path: path, authorization: next).status == 200)
+            #expect(try await h.request("GET", path: "/v1/apps/shop/contacts/zoe/installations", authorization: "Bearer " + Self.shopToken).status == 200)
+
+            for (shop, blog, expected) in [
+                ("TEST_SHOP_ADMIN_TOKEN", "TEST_SHOP_ADMIN_TOKEN",
+                 "test.yaml:28:14: apps.blog.admin.token: the admin token from env:TEST_SHOP_ADMIN_TOKEN has the same value as the one from env:TEST_SHOP_ADMIN_TOKEN (apps.shop.admin.token): every app needs a token of its own, other than the operator's"),
+                ("TEST_ADMIN_TOKEN", "TEST_BLOG_ADMIN_TOKEN",
+                 "test.yaml:16:14: apps.shop.admin.token: the admin token from env:TEST_ADMIN_TOKEN has the same value as the one from env:TEST_ADMIN_TOKEN (admin.token): every app needs a token of its own, other than the operator's"),
+                ("TEST_ADMIN_TOKEN_SHORT", "TEST_BLOG_ADMIN_TOKEN",
+                 "test.yaml:16:14: apps.shop.admin.token: the admin token from env:TEST_ADMIN_TOKEN_SHORT is 31 bytes; at least 32 are required (openssl rand -hex 32 makes one)"),
+            ] {
+                guard case .failure(let error) = await h.sidecar.reload(try AdminHarness.tenants(shop: shop, blog: blog), sha256: "bad") else {
+                    Issue.record("put in force: shop \(shop), blog \(blog)")
+                    continue
+                }
+                #expect(error.description == expected)
+                #expect(try await h.request("GET", path: path, authorization: next).status == 200)
+            }
+        }
+    }
+
+    /// An app token that cannot serve stops the start, as the operator's does.
+    @Test func aShortAppTokenStopsTheStart() throws {
+        let policy = try AdminHarness.tenants(shop: "TEST_ADMIN_TOKEN_SHORT")
+        do {
+            let sidecar = try Sidecar(policy: policy, configuration: AdminHarness.configuration, logger: Logger(label: "t", level: .error, sink: .memory()),
+                                      secrets: StaticSecrets(AdminHarness.secrets), store: MemoryStore(), administration: RecordingAdministration())
+            Issue.record("started with a short app token")
+            Task { await sidecar.shutdown(gracePeriodSeconds: 0) }
+        } catch {
+            #expect(error.description == "test.yaml:16:14: apps.shop.admin.token: the admin token from env:TEST_ADMIN_TOKEN_SHORT is 31 bytes; at least 32 are required (openssl rand -hex 32 makes one)")
+        }
+    }
+
     @Test func timestampsAreRFC3339UTC() {
         #expect(RFC3339.utc(epochMillis: 0) == "1970-01-01T00:00:00.000Z")
         #expect(RFC3339.utc(epochMillis: 1_782_987_642_456) == "2026-07-02T10:20:42.456Z")
@@ -446,6 +555,9 @@ final class AdminHarness: Sendable {
         .env("TEST_ADMIN_TOKEN_NEXT"): Array(("pw-admin-next-" + String(repeating: "fedcba9876543210", count: 2)).utf8),
         .env("TEST_ADMIN_TOKEN_SHORT"): Array(String(repeating: "s", count: 31).utf8),
         .env("TEST_ADMIN_TOKEN_SPACE"): Array(("pw admin " + String(repeating: "0123456789abcdef", count: 2)).utf8),
+        .env("TEST_SHOP_ADMIN_TOKEN"): Array(ServerToServerTests.shopToken.utf8),
+        .env("TEST_BLOG_ADMIN_TOKEN"): Array(ServerToServerTests.blogToken.utf8),
+        .env("TEST_BLOG_ADMIN_TOKEN_NEXT"): Array(("pw-blog-next-" + String(repeating: "0123456789abcdef", count: 2)).utf8),
     ]
 
     init(administration: (any ContactAdministration)?, adminBlock: Bool) async throws {
@@ -461,6 +573,39 @@ final class AdminHarness: Sendable {
                                   store: MemoryStore())
         }
         client = try HTTPClient()
+    }
+
+    /// A sidecar in front of `administration` serving `policy` (app `app` for `admin(...)`).
+    init(policy: Policy, app: String, administration: any ContactAdministration) throws {
+        self.app = app
+        logs = LogSink.memory()
+        sidecar = try Sidecar(policy: policy, configuration: Self.configuration, logger: Logger(label: "test", level: .debug, sink: logs),
+                              secrets: StaticSecrets(Self.secrets), store: MemoryStore(), administration: administration)
+        client = try HTTPClient()
+    }
+
+    /// Two tenants, `shop` and `blog`, each with its own `admin.token` from the variable named
+    /// (none when nil), and the operator's `admin.token` unless `operatorToken` is false.
+    static func tenants(operatorToken: Bool = true, shop: String? = "TEST_SHOP_ADMIN_TOKEN",
+                        blog: String? = "TEST_BLOG_ADMIN_TOKEN") throws -> Policy {
+        var yaml = "version: 1\n" + (operatorToken ? "admin:\n  token: {env: TEST_ADMIN_TOKEN}\n" : "") + "apps:\n"
+        for (app, variable) in [("shop", shop), ("blog", blog)] {
+            yaml += """
+                  \(app):
+                    session:
+                      type: jwt
+                      algorithms: [HS256]
+                      hmac_secret: {env: TEST_SESSION_SECRET}
+                    client:
+                      platforms: [ios]
+                    upstreams:
+                      - name: voyado
+                        provider: dry_run
+
+                """
+            if let variable { yaml += "    admin:\n      token: {env: \(variable)}\n" }
+        }
+        return try PolicyLoader.load(text: yaml, path: "test.yaml").get()
     }
 
     /// The policy with `adminBlock` (YAML at the top level, after `version`) and app `app`.
@@ -517,6 +662,19 @@ final class AdminHarness: Sendable {
 func withAdminSidecar(_ administration: RecordingAdministration, adminBlock: Bool = true,
                       _ body: (AdminHarness) async throws -> Void) async throws {
     let h = try await AdminHarness(administration: administration, adminBlock: adminBlock)
+    do {
+        try await body(h)
+    } catch {
+        await h.stop()
+        throw error
+    }
+    await h.stop()
+}
+
+/// Runs `body` against an `AdminHarness` serving `policy`, stopping it afterwards, also when
+/// `body` throws.
+func withTenantSidecar(_ administration: RecordingAdministration, policy: Policy, _ body: (AdminHarness) async throws -> Void) async throws {
+    let h = try AdminHarness(policy: policy, app: "shop", administration: administration)
     do {
         try await body(h)
     } catch {

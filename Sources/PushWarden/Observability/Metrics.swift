@@ -46,6 +46,7 @@ public final class Metrics: Sendable {
         var jwksSince: [String: ContinuousClock.Instant] = [:]  // app: when its keys in force came
         var policyReloads: [[String]: UInt64] = [:]       // result
         var policySHA256: String?
+        var policySerial: Int?
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
         var storeWrites: [[String]: UInt64] = [:]         // kind, result
@@ -111,9 +112,12 @@ public final class Metrics: Sendable {
         state.withLock { $0.policyReloads[[result], default: 0] += 1 }
     }
 
-    /// The SHA-256 (hex) of the policy file in force.
-    public func policyInForce(sha256: String) {
-        state.withLock { $0.policySHA256 = sha256 }
+    /// The SHA-256 (hex) of the policy file in force, and its `serial` (nil: the file has none).
+    public func policyInForce(sha256: String, serial: Int?) {
+        state.withLock { state in
+            state.policySHA256 = sha256
+            state.policySerial = serial
+        }
     }
 
     /// One attempt at an upstream: `outcome` is `accepted`, `rejected`, `auth_failed`, `retryable`
@@ -223,8 +227,10 @@ public final class Metrics: Sendable {
         }
         family("pushwarden_policy_reloads_total", "Policy reloads by result.", "counter", ["result"], snapshot.policyReloads)
         if let sha = snapshot.policySHA256 {
-            out += "# HELP pushwarden_policy_info The policy in force, by the SHA-256 of its file.\n"
-            out += "# TYPE pushwarden_policy_info gauge\npushwarden_policy_info{sha256=\"\(sha)\"} 1\n"
+            // An empty label is Prometheus's "absent": the series keeps one label set either way.
+            let serial = snapshot.policySerial.map(String.init) ?? ""
+            out += "# HELP pushwarden_policy_info The policy in force, by the SHA-256 of its file and its serial (empty when it has none).\n"
+            out += "# TYPE pushwarden_policy_info gauge\npushwarden_policy_info{sha256=\"\(sha)\",serial=\"\(serial)\"} 1\n"
         }
         out += "# HELP pushwarden_upstream_latency_seconds Upstream call attempt latency.\n"
         out += "# TYPE pushwarden_upstream_latency_seconds histogram\n"

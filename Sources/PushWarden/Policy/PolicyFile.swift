@@ -12,15 +12,22 @@ public struct PolicySource: Sendable {
     public let policy: Policy
     /// SHA-256 of the file's bytes, lowercase hex: `pushwarden_policy_info{sha256}`.
     public let sha256: String
+    /// Whether its signature was checked (`--policy-key`): then it has a serial, which must rise.
+    public let signed: Bool
 }
 
 public enum PolicyFile {
+    /// Why a signed policy without a `serial` is refused (`serve --policy-key`, `policy sign`).
+    public static let missingSerial = "a signed policy needs a top-level serial (a non-negative integer, raised with every signed change): "
+        + "without one an older signed file could be put back in its place"
+
     /// Where the signature of `path` lies: `FILE.sig`, the 64 raw bytes of an Ed25519 signature
     /// over the file's bytes (what `openssl pkeyutl -sign -rawin` writes).
     public static func signaturePath(_ path: String) -> String { path + ".sig" }
 
     /// Reads and validates the policy at `path`; with `key`, refuses it unless `FILE.sig` holds
-    /// `key`'s signature over exactly these bytes.
+    /// `key`'s signature over exactly these bytes and it has a `serial` (without one, nothing
+    /// would tell an older signed file from the current one).
     /// - Returns: the policy, or every diagnostic (`file:line:col: message` lines).
     public static func load(path: String, key: Ed25519PublicKey?) -> Result<PolicySource, PolicyDiagnostics> {
         func fail(_ message: String) -> Result<PolicySource, PolicyDiagnostics> {
@@ -29,7 +36,15 @@ public enum PolicyFile {
         guard let bytes = readWholeFile(path) else { return fail("cannot read the policy file: \(String(cString: strerror(errno)))") }
         if let key, let problem = signatureProblem(bytes: bytes, path: path, key: key) { return fail(problem) }
         guard let text = String(validating: bytes, as: UTF8.self) else { return fail("the policy file is not valid UTF-8") }
-        return PolicyLoader.load(text: text, path: path).map { PolicySource(policy: $0, sha256: SHA256.hexHash(bytes)) }
+        switch PolicyLoader.load(text: text, path: path) {
+        case .failure(let diagnostics):
+            return .failure(diagnostics)
+        case .success(let policy):
+            if key != nil, policy.serial == nil {
+                return .failure(PolicyDiagnostics([policy.diagnostic(at: "serial", missingSerial)]))
+            }
+            return .success(PolicySource(policy: policy, sha256: SHA256.hexHash(bytes), signed: key != nil))
+        }
     }
 
     /// Why `FILE.sig` is not `key`'s signature over `bytes`, or nil when it is.

@@ -10,7 +10,8 @@ import Synchronization
 /// when the file changes.
 ///
 /// Each reload reads the file again, checks its signature (with `--policy-key`), validates it and
-/// hands it to `Sidecar.reload`, which builds every app before anything switches. Reloads never
+/// hands it to `Sidecar.reload`, which refuses a signed one whose serial does not rise and builds
+/// every app before anything switches. Reloads never
 /// overlap: a request during one is remembered and served by one more reload after it.
 ///
 /// The watcher polls rather than using inotify: it compares, every `interval`, the resolved path
@@ -84,7 +85,7 @@ public final class PolicyReloader: Sendable {
             sidecar.reloadFailed(diagnostics.diagnostics.map(\.description), policy: path)
             return false
         case .success(let source):
-            if case .success = await sidecar.reload(source.policy, sha256: source.sha256) { return true }
+            if case .success = await sidecar.reload(source.policy, sha256: source.sha256, signed: source.signed) { return true }
             return false
         }
     }

@@ -11,17 +11,18 @@ import Synchronization
 ///   and one audit log line.
 ///
 /// A head is judged in this order, each refusal in the contract's envelope with `X-Request-Id`:
-/// the route (`404`, also while the policy has no `admin` block or no `ContactAdministration` is
+/// the route (`404`, also while the policy names no admin token or no `ContactAdministration` is
 /// wired: as if the routes did not exist), the admin token (`401` with `WWW-Authenticate:
-/// Bearer`: before anything that would tell a stranger which apps exist), the app (`404`), the
-/// method (`405` with `Allow`), the contact (`400 invalid_request`), then the body (none is
-/// taken: `413`). The operations themselves are `ContactAdministration`'s.
+/// Bearer`: before anything that would tell a stranger which apps exist; an app's own token sent
+/// for any other app, known or not, gets the very same `401`), the app (`404`, so only for the
+/// operator's token), the method (`405` with `Allow`), the contact (`400 invalid_request`), then
+/// the body (none is taken: `413`). The operations themselves are `ContactAdministration`'s.
 final class ContactRoutes: Sendable {
     /// The longest contact id, in bytes of UTF-8 after percent-decoding.
     static let maxContactBytes = 256
 
-    /// The token in force, replaced by a policy reload (nil: the policy has no `admin` block).
-    private let token: Mutex<AdminToken?>
+    /// The tokens in force, replaced together by a policy reload.
+    private let tokens: Mutex<AdminTokens>
     private let administration: (any ContactAdministration)?
     /// The apps in force, looked up on every request so that a reload is seen.
     private let apps: @Sendable () -> [String: AppRuntime]
@@ -32,9 +33,9 @@ final class ContactRoutes: Sendable {
     /// The signed evidence trail in force (policy `audit`), replaced by a reload.
     private let receipts: Mutex<AuditTrail?>
 
-    init(token: AdminToken?, administration: (any ContactAdministration)?, apps: @escaping @Sendable () -> [String: AppRuntime],
+    init(tokens: AdminTokens, administration: (any ContactAdministration)?, apps: @escaping @Sendable () -> [String: AppRuntime],
          metrics: Metrics, logger: Logger, receipts: AuditTrail? = nil) {
-        self.token = Mutex(token)
+        self.tokens = Mutex(tokens)
         self.receipts = Mutex(receipts)
         self.administration = administration
         self.apps = apps
@@ -48,9 +49,9 @@ final class ContactRoutes: Sendable {
         receipts.withLock { $0 = trail }
     }
 
-    /// Puts `token` in force for requests whose head arrives from now on.
-    func replaceToken(_ token: AdminToken?) {
-        self.token.withLock { $0 = token }
+    /// Puts `tokens` in force for requests whose head arrives from now on.
+    func replaceTokens(_ tokens: AdminTokens) {
+        self.tokens.withLock { $0 = tokens }
     }
 
     enum Operation: String, Sendable {
@@ -65,6 +66,8 @@ final class ContactRoutes: Sendable {
         let contactID: String
         let administration: any ContactAdministration
         let remoteAddress: String
+        /// Which token let the request in (the audit line's `credential`).
+        let grant: AdminTokens.Grant
     }
 
     // MARK: The head
@@ -73,10 +76,11 @@ final class ContactRoutes: Sendable {
     func decide(_ head: HTTPRequestHead) -> HeadDecision? {
         guard let (appSegment, contactSegment) = Self.match(head.path) else { return nil }
         let requestID = RequestID.from(head.headers)
-        guard let administration, let token = token.withLock({ $0 }) else {
+        let tokens = tokens.withLock { $0 }
+        guard let administration, !tokens.isEmpty else {
             return .respond(Responses.error(ContractError(.notFound, "no such route"), requestID: requestID))
         }
-        switch resolve(head, app: appSegment, contact: contactSegment, token: token, administration: administration) {
+        switch resolve(head, app: appSegment, contact: contactSegment, tokens: tokens, administration: administration) {
         case .success(let resolved):
             return .readBody(limit: 0, context: resolved)
         case .failure(let refusal):
@@ -93,15 +97,19 @@ final class ContactRoutes: Sendable {
         var route = "-"
     }
 
-    private func resolve(_ head: HTTPRequestHead, app appSegment: Substring, contact contactSegment: Substring, token: AdminToken,
+    private func resolve(_ head: HTTPRequestHead, app appSegment: Substring, contact contactSegment: Substring, tokens: AdminTokens,
                          administration: any ContactAdministration) -> Result<Resolved, Refusal> {
-        if let refusal = Self.authorizationRefusal(head.headers, token: token) {
+        let id = String(appSegment)
+        let grant: AdminTokens.Grant
+        switch Self.authorize(head.headers, tokens: tokens, app: id) {
+        case .success(let granted):
+            grant = granted
+        case .failure(let refusal):
             logger.bounded(.warning, "admin token refused", key: refusal.rawValue, [("reason", refusal.rawValue), ("remote", head.remoteAddress),
                                                                                    ("request_id", RequestID.from(head.headers))])
             return .failure(Refusal(error: ContractError(.unauthorized, "a valid admin token is required")))
         }
         // A String-keyed dictionary matches canonically equivalent spellings; the id must be the bytes.
-        let id = String(appSegment)
         guard let app = apps()[id], TextRules.bytesEqual(app.policy.id, id) else {
             return .failure(Refusal(error: ContractError(.notFound, "unknown app")))
         }
@@ -115,29 +123,34 @@ final class ContactRoutes: Sendable {
         switch Self.decodeContact(contactSegment) {
         case .success(let contactID):
             return .success(Resolved(operation: operation, app: app, contactID: contactID, administration: administration,
-                                     remoteAddress: head.remoteAddress))
+                                     remoteAddress: head.remoteAddress, grant: grant))
         case .failure(let error):
             return .failure(Refusal(error: error, app: app.policy.id, route: operation.rawValue))
         }
     }
 
-    /// Why a request is refused the server-to-server API (its raw value is the log's `reason`).
-    enum AuthorizationRefusal: String, Sendable {
+    /// Why a request is refused the server-to-server API (its raw value is the log's `reason`;
+    /// the caller gets one and the same `401` for each).
+    enum AuthorizationRefusal: String, Sendable, Error {
         case missing = "no Authorization header"
         case several = "several Authorization headers"
         case notBearer = "not a Bearer token"
         case wrongToken = "wrong token"
+        case anotherApp = "token of another app"
     }
 
-    /// Why the request does not carry the admin token, or nil when it does: exactly one
-    /// `Authorization` field, `Bearer <token>` with the scheme in any case (RFC 9110, section
-    /// 11.1), and the token itself (compared in constant time).
-    static func authorizationRefusal(_ headers: HTTPHeaders, token: AdminToken) -> AuthorizationRefusal? {
+    /// What the request's token reaches, or why it may not call `/v1/apps/{app}/...`: exactly
+    /// one `Authorization` field, `Bearer <token>` with the scheme in any case (RFC 9110, section
+    /// 11.1), a token in force (compared in constant time), and, for an app's own token, `app`
+    /// (as sent, compared by its bytes) being that app.
+    static func authorize(_ headers: HTTPHeaders, tokens: AdminTokens, app: String) -> Result<AdminTokens.Grant, AuthorizationRefusal> {
         let values = headers.values("Authorization")
-        guard !values.isEmpty else { return .missing }
-        guard values.count == 1 else { return .several }
-        guard let presented = SessionVerifier.bearerCredentials(values[0]) else { return .notBearer }
-        return token.accepts(presented) ? nil : .wrongToken
+        guard !values.isEmpty else { return .failure(.missing) }
+        guard values.count == 1 else { return .failure(.several) }
+        guard let presented = SessionVerifier.bearerCredentials(values[0]) else { return .failure(.notBearer) }
+        guard let grant = tokens.grant(presented) else { return .failure(.wrongToken) }
+        if case .app(let own) = grant, !TextRules.bytesEqual(own, app) { return .failure(.anotherApp) }
+        return .success(grant)
     }
 
     /// `/v1/apps/{app}/contacts/{contact}/installations`, split at `/` byte by byte; the segments
@@ -226,6 +239,7 @@ final class ContactRoutes: Sendable {
                 audit.info("contact erased", [
                     ("app", appID), ("contact", Redact.contact(resolved.contactID)), ("installations", String(report.installations)),
                     ("request_id", requestID), ("upstreams", Self.auditOutcomes(report.upstreams)), ("remote", resolved.remoteAddress),
+                    ("credential", resolved.grant.credential),
                     ("receipt", receipt.map { String($0.receipt.seq) } ?? "-"),
                 ])
                 var body = Self.erasureBody(report, requestID: requestID)

@@ -80,7 +80,7 @@ public final class Sidecar: Sendable {
     private let logger: Logger
     /// Internal for tests: the registration operations behind it are what the admin API calls.
     let handler: ClientAPIHandler
-    /// The server-to-server API on the admin listener; a reload replaces its token.
+    /// The server-to-server API on the admin listener; a reload replaces its tokens.
     private let contactRoutes: ContactRoutes
     private let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
@@ -91,6 +91,11 @@ public final class Sidecar: Sendable {
     /// The `store` block in force: its keys are read once, at start. A reload that changes it is
     /// refused (restart to change the keys), so the keys in force are always the file's.
     private let storePolicy: StorePolicy?
+    /// The highest signed policy version put in force: in Redis (every replica's), else this
+    /// process's. Judged at start and at every reload of a signed policy.
+    private let serials: any PolicySerialRecord
+    /// The running policy's version (nil: no serial, or no file hash); a reload judges against it.
+    private let running: Mutex<PolicyVersion?>
 
     /// The bound client port (useful when configured with port 0).
     public var port: Int { clientServer.port }
@@ -103,6 +108,7 @@ public final class Sidecar: Sendable {
         let httpClient: HTTPClient?
         let builder: AppBuilder
         let loopCount: Int
+        let serials: any PolicySerialRecord
 
         init(configuration: ServeConfiguration, logger: Logger, secrets: any SecretResolving, store: (any DedupeStore)?,
              transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming, clock: any WallClock) throws(StartupError) {
@@ -124,6 +130,7 @@ public final class Sidecar: Sendable {
                 self.store = MemoryStore()
             }
 
+            serials = (self.store as? RedisStore) ?? ProcessPolicySerials()
             loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
             let network: any UpstreamTransport
             if let transport {
@@ -181,15 +188,26 @@ public final class Sidecar: Sendable {
     ///
     /// - Parameters:
     ///   - sha256: the policy file's SHA-256 (hex), logged and exported as `pushwarden_policy_info`.
+    ///   - signed: the file's signature was checked (`--policy-key`): its `serial` must be at least
+    ///     the highest the store has seen, and another file's than the one seen with it.
     ///   - jwksTiming: the `jwks_url` clock (tests shorten it).
     ///   - clock: the wall clock sessions are judged by (token `exp`, introspection cache; tests set it).
-    public static func start(policy: Policy, sha256: String? = nil, configuration: ServeConfiguration, logger: Logger,
+    public static func start(policy: Policy, sha256: String? = nil, signed: Bool = false, configuration: ServeConfiguration, logger: Logger,
                              secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
                              transport: (any UpstreamTransport)? = nil, jwksTiming: JWKSTiming = JWKSTiming(),
                              clock: any WallClock = SystemClock()) async throws(StartupError) -> Sidecar {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
                               jwksTiming: jwksTiming, clock: clock)
         let apps = try await parts.builder.build(policy)
+        if signed {
+            do throws(StartupError) {
+                try await admitAtStart(policy, sha256: sha256, record: parts.serials, logger: logger)
+            } catch {
+                parts.builder.shutdown()
+                parts.redis?.close()
+                throw error
+            }
+        }
         return try Sidecar(policy: policy, sha256: sha256, configuration: configuration, logger: logger, parts: parts, apps: apps,
                            administration: nil)
     }
@@ -207,13 +225,15 @@ public final class Sidecar: Sendable {
         let outboxClient = (chosenStore as? RedisStore)?.client
         hasOutbox = outboxClient != nil
         storePolicy = policy.store
+        serials = parts.serials
+        running = Mutex(Self.version(of: policy, sha256: sha256))
         let sealer: StoreSealer
-        let adminToken: AdminToken?
+        let adminTokens: AdminTokens
         let trail: AuditTrail?
         do throws(StartupError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
-            adminToken = try AdminToken.resolve(policy, secrets: parts.builder.secrets)
+            adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
             trail = try Self.auditTrail(policy, store: chosenStore, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
@@ -231,7 +251,7 @@ public final class Sidecar: Sendable {
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
-        let contactRoutes = ContactRoutes(token: adminToken, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
+        let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
                                           logger: logger, receipts: trail)
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
@@ -267,16 +287,17 @@ public final class Sidecar: Sendable {
             + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
                Self.startHeapTrim()]
         for app in apps.values { app.jwks?.start() }
-        if let sha256 { metrics.policyInForce(sha256: sha256) }
+        if let sha256 { metrics.policyInForce(sha256: sha256, serial: policy.serial) }
         var fields = [
             ("listen", HostPort(host: configuration.listen.host, port: clientServer.port).description),
             ("admin", HostPort(host: configuration.admin.host, port: adminServer.port).description),
             ("store", chosenStore.kind), ("policy", policy.sourcePath), ("apps", policy.apps.map(\.id).joined(separator: ",")),
         ]
         if let sha256 { fields.append(("policy_sha256", sha256)) }
+        if let serial = policy.serial { fields.append(("policy_serial", String(serial))) }
         // The key id is an HMAC of the key under a fixed label: it tells keys apart, nothing more.
         fields.append(("encryption_at_rest", sealer.keyID.map { "aes-256-gcm key \($0), \(sealer.previousKeyCount) previous" } ?? "off"))
-        fields.append(("server_to_server_api", Self.describe(adminToken)))
+        fields.append(("server_to_server_api", Self.describe(adminTokens)))
         logger.info("pushwarden listening", fields)
     }
 
@@ -289,35 +310,49 @@ public final class Sidecar: Sendable {
     /// fetched) and only then puts them in force; requests in flight finish on the apps they
     /// began with. On any failure nothing switches. Counted in `pushwarden_policy_reloads_total`.
     ///
+    /// A signed policy (`signed`) must also have a serial above the running one's (or be the very
+    /// file in force), and the store must admit it (`PolicySerialRecord`): checked first against
+    /// the running version, then, once everything is built, in the store, which records it.
+    ///
     /// - Important: callers serialize reloads (`PolicyReloader` does).
-    public func reload(_ policy: Policy, sha256: String) async -> Result<Void, ReloadError> {
+    public func reload(_ policy: Policy, sha256: String, signed: Bool = false) async -> Result<Void, ReloadError> {
         let apps: [String: AppRuntime]
-        let adminToken: AdminToken?
+        let adminTokens: AdminTokens
+        let version = Self.version(of: policy, sha256: sha256)
         let trail: AuditTrail?
         do throws(StartupError) {
+            if signed {
+                guard let version else { throw StartupError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description) }
+                if let refusal = version.refusal(after: running.withLock({ $0 }), .running) {
+                    throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+                }
+            }
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
                 throw StartupError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
-            adminToken = try AdminToken.resolve(policy, secrets: builder.secrets)
+            adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
             trail = try Self.auditTrail(policy, store: handler.registrar.deduper.store, secrets: builder.secrets)
             apps = try await builder.build(policy)
+            if signed, let version { try await Self.admit(version, policy: policy, record: serials) }
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)
             return .failure(ReloadError(description: error.description))
         }
         let old = handler.replaceApps(apps)
-        contactRoutes.replaceToken(adminToken)
+        contactRoutes.replaceTokens(adminTokens)
         contactRoutes.replaceReceipts(trail)
         for app in apps.values { app.jwks?.start() }
         for app in old.values { app.jwks?.stop() }
         metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
-        metrics.policyInForce(sha256: sha256)
+        running.withLock { $0 = version }
+        metrics.policyInForce(sha256: sha256, serial: policy.serial)
         metrics.policyReload(result: "ok")
         let added = apps.keys.filter { old[$0] == nil }.sorted()
         let removed = old.keys.filter { apps[$0] == nil }.sorted()
         logger.info("policy reloaded", [("policy", policy.sourcePath), ("policy_sha256", sha256),
+                                        ("policy_serial", policy.serial.map(String.init) ?? ""),
                                         ("apps", policy.apps.map(\.id).joined(separator: ",")),
                                         ("added", added.joined(separator: ",")), ("removed", removed.joined(separator: ","))])
         return .success(())
@@ -332,10 +367,62 @@ public final class Sidecar: Sendable {
         for line in diagnostics { logger.error("policy diagnostic", [("policy", policy), ("diagnostic", line)]) }
     }
 
-    /// The start line's word on the server-to-server API: whose token, or why it answers 404.
-    private static func describe(_ token: AdminToken?) -> String {
-        guard let token else { return "off (no admin block)" }
-        return "on (token from \(token.reference))"
+    /// The start line's word on the server-to-server API: whose tokens, or why it answers 404.
+    private static func describe(_ tokens: AdminTokens) -> String {
+        guard !tokens.isEmpty else { return "off (no admin token in the policy)" }
+        var parts: [String] = []
+        if let operatorToken = tokens.operatorToken { parts.append("operator token from \(operatorToken.reference), every app") }
+        for (app, token) in tokens.apps { parts.append("app \(app)'s token from \(token.reference)") }
+        return "on (" + parts.joined(separator: "; ") + ")"
+    }
+
+    /// The version of `policy` read from a file whose SHA-256 is `sha256`; nil without a serial.
+    private static func version(of policy: Policy, sha256: String?) -> PolicyVersion? {
+        guard let serial = policy.serial, let sha256 else { return nil }
+        return PolicyVersion(serial: serial, sha256: sha256)
+    }
+
+    /// Records `version` as put in force, or says why the store refuses it (a higher serial was
+    /// seen, or this one with other bytes), or that it could not answer: a signed policy is put
+    /// in force only once the store has judged it.
+    private static func admit(_ version: PolicyVersion, policy: Policy, record: any PolicySerialRecord) async throws(StartupError) {
+        let seen: PolicyVersion?
+        do throws(StoreError) {
+            seen = try await record.admit(version)
+        } catch {
+            throw StartupError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has seen "
+                + "(\(error.detail)): a signed policy is put in force only once it has").description)
+        }
+        if let refusal = version.refusal(after: seen, .store) {
+            throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+        }
+    }
+
+    /// `admit` at start, for up to 10 s while the store does not answer (a Redis starting beside
+    /// the sidecar); a refusal is final at once.
+    private static func admitAtStart(_ policy: Policy, sha256: String?, record: any PolicySerialRecord, logger: Logger) async throws(StartupError) {
+        guard let version = version(of: policy, sha256: sha256) else {
+            throw StartupError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            let seen: PolicyVersion?
+            do throws(StoreError) {
+                seen = try await record.admit(version)
+            } catch {
+                guard error.kind == .unavailable || error.kind == .timeout, ContinuousClock.now < deadline else {
+                    throw StartupError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has "
+                        + "seen (\(error.detail)): a signed policy is put in force only once it has").description)
+                }
+                logger.warning("waiting for the store to check the policy serial", [("detail", error.detail)])
+                try? await Task.sleep(for: .milliseconds(500))
+                continue
+            }
+            if let refusal = version.refusal(after: seen, .store) {
+                throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+            }
+            return
+        }
     }
 
     /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
