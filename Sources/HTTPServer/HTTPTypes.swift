@@ -125,7 +125,8 @@ public struct HTTPRefusal: Sendable, Equatable {
     public enum Reason: String, Sendable {
         /// Line endings other than CRLF, obs-fold, a bad field name or value, a bad request line.
         case malformedHead
-        /// Both Content-Length and Transfer-Encoding, or Content-Lengths that disagree.
+        /// Both Content-Length and Transfer-Encoding, Content-Lengths that disagree, or `chunked`
+        /// with trailing white space (which MHD would not frame as chunked).
         case conflictingFraming
         /// A Transfer-Encoding other than exactly `chunked` (answered 501).
         case unsupportedTransferEncoding

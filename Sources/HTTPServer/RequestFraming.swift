@@ -14,7 +14,8 @@ import PWCore
 /// - the target: no space or control character;
 /// - Host: exactly one in HTTP/1.1, at most one in HTTP/1.0;
 /// - framing: not both Content-Length and Transfer-Encoding; Content-Length lines that agree;
-///   Transfer-Encoding exactly `chunked` (anything else is 501), and none in HTTP/1.0.
+///   Transfer-Encoding exactly `chunked` (anything else is 501, `chunked` with trailing white
+///   space 400), and none in HTTP/1.0.
 ///
 /// MHD itself refuses a Content-Length that is not all digits (a comma list included) with its
 /// own 400 before the handler is called; see `HTTPServer` for the answers that remain MHD's.
@@ -75,7 +76,13 @@ enum RequestFraming {
             if isHTTP10 {
                 return HTTPRefusal(.conflictingFraming, "Transfer-Encoding is not allowed in an HTTP/1.0 request")
             }
-            guard encodings == 1, let encoding, isChunked(encoding) else {
+            switch encodings == 1 ? encoding.map(chunkedSpelling) : nil {
+            case .exact?:
+                break
+            case .trailingWhiteSpace?:
+                // MHD compares the value whole, so it would read this body until the connection closed.
+                return HTTPRefusal(.conflictingFraming, "Transfer-Encoding: chunked must not be followed by white space")
+            case .other?, nil:
                 return HTTPRefusal(.unsupportedTransferEncoding, status: 501, "only Transfer-Encoding: chunked is supported")
             }
         }
@@ -85,10 +92,21 @@ enum RequestFraming {
         return nil
     }
 
-    /// `chunked`, in any case, with nothing else (MHD keeps trailing whitespace in values).
-    private static func isChunked(_ value: String) -> Bool {
+    enum ChunkedSpelling: Equatable {
+        /// `chunked` in any case: what MHD frames as chunked.
+        case exact
+        /// `chunked` followed by spaces or tabs (MHD keeps trailing white space in values).
+        case trailingWhiteSpace
+        case other
+    }
+
+    /// How a `Transfer-Encoding` value spells `chunked`. RFC 9110 §5.5 excludes trailing white
+    /// space from a field value, but MHD 0.9.75 does not strip it and then neither frames the
+    /// body as chunked nor refuses it: such a request would wait for an answer that never comes.
+    static func chunkedSpelling(_ value: String) -> ChunkedSpelling {
         var trimmed = Substring(value)
         while let last = trimmed.utf8.last, last == 0x20 || last == 0x09 { trimmed = trimmed.dropLast() }
-        return HTTPHeaders.equalsIgnoringCase(String(trimmed), "chunked")
+        guard HTTPHeaders.equalsIgnoringCase(String(trimmed), "chunked") else { return .other }
+        return trimmed.utf8.count == value.utf8.count ? .exact : .trailingWhiteSpace
     }
 }

@@ -27,8 +27,15 @@ extension SystemClock {
 /// RFC 3339 `date-time` in UTC with milliseconds (`2026-07-02T10:20:42.456Z`): the one form in
 /// which PushWarden writes an instant (log lines, the server-to-server API's `first_seen`).
 public enum RFC3339 {
+    /// The instants RFC 3339 can write: `date-fullyear` is four digits, years 0000 to 9999.
+    public static let representableMillis: ClosedRange<Int64> = -62_167_219_200_000...253_402_300_799_999
+
+    /// The instant written; one outside `representableMillis` (a time read back from a store
+    /// that another writer reached) is clamped to the nearest end, never a year of more than four
+    /// digits or a negative one.
     public static func utc(epochMillis: Int64) -> String {
-        let (seconds, millis) = epochMillis.quotientAndRemainder(dividingBy: 1000)
+        let clamped = min(max(epochMillis, representableMillis.lowerBound), representableMillis.upperBound)
+        let (seconds, millis) = clamped.quotientAndRemainder(dividingBy: 1000)
         // Floor division, so that an instant before 1970 keeps a millisecond field in 0...999.
         let wholeSeconds = millis < 0 ? seconds - 1 : seconds
         let fraction = millis < 0 ? millis + 1000 : millis

@@ -68,9 +68,9 @@ public struct Logger: Sendable {
             JSONMember("ts", .string(Self.timestamp())),
             JSONMember("level", .string(level.name)),
             JSONMember("logger", .string(label)),
-            JSONMember("msg", .string(message)),
+            JSONMember("msg", .string(Self.visible(message))),
         ]
-        for (key, value) in fields() { members.append(JSONMember(key, .string(value))) }
+        for (key, value) in fields() { members.append(JSONMember(key, .string(Self.visible(value)))) }
         var line = JSONValue.object(JSONObject(members)).encoded()
         line.append(0x0A)
         sink.write(line)
@@ -80,6 +80,24 @@ public struct Logger: Sendable {
     public func info(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.info, message, fields()) }
     public func warning(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.warning, message, fields()) }
     public func error(_ message: String, _ fields: @autoclosure () -> [(String, String)] = []) { log(.error, message, fields()) }
+
+    /// `text` with each non-ASCII character `TextRules` forbids (C1 and bidirectional controls,
+    /// zero-width and other format characters, line separators) as `<U+202E>`: JSON would carry
+    /// them raw, and a terminal or log viewer would act on them. ASCII controls are JSON escapes.
+    static func visible(_ text: String) -> String {
+        guard !text.utf8.allSatisfy({ $0 < 0x80 }), text.unicodeScalars.contains(where: { $0.value >= 0x80 && TextRules.isForbidden($0) }) else {
+            return text
+        }
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if scalar.value >= 0x80 && TextRules.isForbidden(scalar) {
+                out.append(contentsOf: ("<" + TextRules.codePoint(scalar) + ">").unicodeScalars)
+            } else {
+                out.append(scalar)
+            }
+        }
+        return String(out)
+    }
 
     /// RFC 3339 UTC with milliseconds.
     static func timestamp() -> String {

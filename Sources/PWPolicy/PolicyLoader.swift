@@ -765,3 +765,9 @@ struct PolicyReader {
         return id.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F || $0 == 0x2D }
     }
 }
+
+extension PolicyLoader {
+    /// The rule app ids and upstream names follow (`[a-z0-9_-]{1,64}`), for values read back from
+    /// elsewhere (a store) that must name nothing a policy could not.
+    public static func isSafeID(_ id: String) -> Bool { PolicyReader.isSafeID(id) }
+}

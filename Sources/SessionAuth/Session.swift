@@ -20,12 +20,19 @@ public struct Session: Sendable, Equatable {
 ///
 /// - Important: `reason` is for the operator's log only ("signature mismatch", "expired",
 ///   "unknown kid"). A client always gets the same `401 unauthorized` (`contractError`), so a
-///   refusal teaches an attacker nothing. Reasons never contain the token; values copied from a
-///   token (kid, alg) are truncated.
+///   refusal teaches an attacker nothing. Reasons never contain the token, nor any value the
+///   client chose (a `kid`, an unknown `alg`, a claim): those appear as `SessionVerifier.echo`
+///   shows them, a short hash.
 public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public var reason: String
+    /// The reason without the client's value in it ("unknown kid"): what log bounds key on, so
+    /// that a client varying the value cannot earn a line per value.
+    public var kind: String
 
-    public init(_ reason: String) { self.reason = reason }
+    public init(_ reason: String, kind: String? = nil) {
+        self.reason = reason
+        self.kind = kind ?? reason
+    }
 
     public var description: String { reason }
 

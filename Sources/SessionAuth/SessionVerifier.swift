@@ -348,10 +348,11 @@ public final class SessionVerifier: Sendable {
             // By bytes (RFC 7515, section 5.3): a kid that is only canonically equivalent is unknown.
             if let entry = family.first(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) { return .success(entry.key) }
             if (ring.rsa + ring.ec).contains(where: { $0.kid.map { TextRules.bytesEqual($0, kid) } ?? false }) {
-                return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)"))
+                // Bytes-equal to a kid of our own key set: nothing the client chose is echoed.
+                return .failure(AuthFailure("kid \(Self.clip(kid)) is not a key for \(alg.rawValue)", kind: "kid is not a key for \(alg.rawValue)"))
             }
             unknownKid.withLock { $0 }?(kid)
-            return .failure(AuthFailure("unknown kid \(Self.clip(kid))"))
+            return .failure(AuthFailure("unknown kid \(Self.echo(kid))", kind: "unknown kid"))
         }
         switch family.count {
         case 0: return .failure(AuthFailure("no key for \(alg.rawValue)"))
@@ -458,7 +459,7 @@ public final class SessionVerifier: Sendable {
         let contact: String
         switch contactText(value) {
         case .success(let text): contact = text
-        case .failure(let failure): return fail("\(label) \(failure.reason)")
+        case .failure(let failure): return .failure(AuthFailure("\(label) \(failure.reason)", kind: "\(label) \(failure.kind)"))
         }
         guard !contact.isEmpty else { return fail("\(label) is empty") }
         // A scalar is at least one byte, so only an id of more bytes than the limit needs counting.
@@ -488,7 +489,8 @@ public final class SessionVerifier: Sendable {
             return .success(text)
         case .number(let text):
             guard let integer = Int64(text), String(integer) == text else {
-                return .failure(AuthFailure("is a number that is not an integer within 64 bits (\(clip(text)))"))
+                return .failure(AuthFailure("is a number that is not an integer within 64 bits (\(echo(text)))",
+                                            kind: "is a number that is not an integer within 64 bits"))
             }
             return .success(text)
         default:
@@ -496,7 +498,20 @@ public final class SessionVerifier: Sendable {
         }
     }
 
-    /// A token-supplied value, shortened for a log line.
+    /// A value the client chose (a `kid`, an `alg`, a claim), as a reason shows it: `sha256:` and
+    /// the first 8 hex digits of its SHA-256. A client may put anything there, a provider key or
+    /// bidirectional controls included, and no clip or character filter tells a key from a name;
+    /// an operator compares with `printf %s VALUE | sha256sum`.
+    public static func echo(_ value: String) -> String {
+        "sha256:" + String(SHA256.hexHash(Array(value.utf8)).prefix(8))
+    }
+
+    /// The JOSE algorithm names (RFC 7518, RFC 8037): an `alg` among them is shown as it is.
+    static let joseAlgorithms: Set<String> = [
+        "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512", "EdDSA",
+    ]
+
+    /// A value of our own key set, shortened for a log line.
     static func clip(_ text: String) -> String {
         text.unicodeScalars.count <= 40 ? text : String(String.UnicodeScalarView(text.unicodeScalars.prefix(40))) + "…"
     }
@@ -516,7 +531,9 @@ struct CheckedHeader: Sendable {
         guard let algName = header["alg"]?.stringValue else { return fail("header has no alg string") }
         if HTTPHeaders.equalsIgnoringCase(algName, "none") { return fail("alg none not allowed") }
         guard let alg = JWTAlgorithm(rawValue: algName), allowed.contains(alg) else {
-            return fail("alg \(SessionVerifier.clip(algName)) not allowed")
+            // A registered name is shown as it is (by bytes: a Set<String> matches canonically); anything else only hashed.
+            let known = SessionVerifier.joseAlgorithms.contains(algName) && algName.utf8.allSatisfy { $0 < 0x80 }
+            return .failure(AuthFailure("alg \(known ? algName : SessionVerifier.echo(algName)) not allowed", kind: "alg not allowed"))
         }
         if let typ = header["typ"] {
             guard let text = typ.stringValue, HTTPHeaders.equalsIgnoringCase(text, "JWT") else { return fail("typ is not JWT") }

@@ -183,3 +183,19 @@ import Testing
         #expect(HTTPHeaders.equalsIgnoringCase("", ""))
     }
 }
+
+@Suite struct LoggerTests {
+    /// JSON leaves bidirectional controls, C1 controls and other format characters raw: a log
+    /// line holding one (from any value that reached a field) reorders or drives the terminal or
+    /// viewer that shows it. They are written visibly; ASCII controls stay JSON escapes.
+    @Test func invisibleCharactersAreWrittenVisibly() throws {
+        let sink = LogSink.memory()
+        let logger = Logger(label: "t", sink: sink)
+        logger.info("m\u{2066}sg", [("value", "a\u{202E}b\u{9B}c\u{200B}d\u{2028}e\u{1B}f\tg é")])
+        let line = try #require(sink.text.split(separator: "\n").first.map(String.init))
+        #expect(!TextRules.hasForbiddenCharacter(line), "\(line.debugDescription)")
+        let object = try #require(try JSONValue.parse(line).objectValue)
+        #expect(object["msg"] == .string("m<U+2066>sg"))
+        #expect(object["value"] == .string("a<U+202E>b<U+009B>c<U+200B>d<U+2028>e\u{1B}f\tg é"))
+    }
+}

@@ -59,6 +59,36 @@ import Testing
         await h.stop()
     }
 
+    /// A registration with a valid session whose `Transfer-Encoding` is `chunked` with trailing
+    /// white space was never answered (libmicrohttpd read its body until the connection closed):
+    /// every spelling now gets an answer, the envelope when refused.
+    @Test func transferEncodingSpellingsAreAnswered() async throws {
+        let h = try await Harness(store: .memory)
+        let path = "/v1/apps/\(h.app)/installations"
+        let body = #"{"platform":"ios","push_token":"\#(Harness.apnsToken())"}"#
+        let chunk = String(body.utf8.count, radix: 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+        func head(_ encodings: [String]) -> String {
+            "POST \(path) HTTP/1.1\r\nHost: t\r\nX-Request-Id: req-te\r\nAuthorization: Bearer \(h.token())\r\n"
+                + "Content-Type: application/json\r\n" + encodings.map { "Transfer-Encoding: \($0)\r\n" }.joined() + "\r\n"
+        }
+        let cases: [([String], Int)] = [
+            (["chunked\t"], 400), (["chunked "], 400), (["chunked \t "], 400),
+            (["gzip, chunked"], 501), (["chunked", "chunked"], 501), (["Chunked"], 202),
+        ]
+        for (encodings, status) in cases {
+            let seen = try await send(head(encodings) + chunk, port: h.sidecar.port)
+            let name = encodings.debugDescription
+            #expect(seen.response?.status == status, "\(name)")
+            #expect(seen.response?.header("X-Request-Id") == "req-te", "\(name)")
+            if status != 202 {
+                #expect(seen.errorCode == "invalid_request", "\(name)")
+                #expect(seen.closed, "\(name)")
+            }
+        }
+        #expect(h.mock.received.count == 1)
+        await h.stop()
+    }
+
     /// Answers libmicrohttpd 0.9.75 sends itself, before any callback of ours can answer: kept
     /// refusals (status and a closed connection), without the envelope. The README lists them.
     @Test func answersLeftToLibmicrohttpd() async throws {

@@ -4,6 +4,7 @@ import PWCore
 import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
+import RedisClient
 import Testing
 
 /// Each contact's installations (contract section 8) over real HTTP, real mock providers and a
@@ -234,6 +235,63 @@ import Testing
         #expect(removed.count == 40)
         #expect(Set(removed) == Set(tokens))
         #expect(try await Self.list(h, "alice").isEmpty)
+        await h.stop()
+        await voyado.stop()
+    }
+
+    /// A record another Redis writer planted: times at the ends of Int64 (once shown as years
+    /// 292278994 and -292275055), control and bidi characters in the platform, the push service and
+    /// an upstream name. The list shows none of it as stored: times clamped to RFC 3339's years,
+    /// the strings as `unknown:` hashes, one log line naming the fields; the erasure still reaches it.
+    @Test func oddStoredValuesAreNeverEchoed() async throws {
+        let voyado = try MockVoyado(apiKey: "voyado-key")
+        var secrets = Self.secrets
+        secrets[.env("TEST_ADMIN_TOKEN")] = ServerToServerTests.adminToken
+        let h = try await SidecarHarness(upstreams: Self.voyado(voyado), secrets: secrets, topLevel: "admin: {token: {env: TEST_ADMIN_TOKEN}}")
+        let contact = "odd-" + UUID().uuidString
+        let apns = Self.apns()
+        #expect(try await h.post("/installations", Self.ios(apns), contact: contact).status == 202)
+
+        let redis = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        defer { redis.close() }
+        let key = ContactKeys(app: h.app, contactID: contact).inventory, field = TokenKeys(app: h.app, pushToken: apns).digest
+        let stored = try #require(try await redis.send(["HGET", key, field]).string.flatMap { try? JSONValue.parse(Array($0.utf8)) }?.objectValue)
+        let platform = "ios\u{202E}\u{1B}[31m", service = "\u{2066}apns\u{0}", upstream = "evil\u{200F}\u{9B}name"
+        let planted = JSONObject([
+            JSONMember("x", try #require(stored["x"])), JSONMember("p", .string(platform)), JSONMember("s", .string(service)),
+            JSONMember("u", .array([.string("voyado"), .string(upstream)])),
+            JSONMember("f", .number(String(Int64.max))), JSONMember("l", .number(String(Int64.min))),
+        ])
+        _ = try await redis.send(["HSET", key, field, JSONValue.object(planted).encodedString()])
+
+        func call(_ method: String) async throws -> Harness.Reply {
+            let response = try await h.client.execute(HTTPClientRequest(
+                method: method, url: "http://127.0.0.1:\(h.sidecar.adminPort)/v1/apps/\(h.app)/contacts/\(contact)/installations",
+                headers: ["Authorization": "Bearer " + ServerToServerTests.adminToken], timeoutMillis: 10_000))
+            return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+        }
+        let listed = try await call("GET")
+        #expect(listed.status == 200, "\(listed.text)")
+        let item = try #require(listed.json?["installations"]?.arrayValue?.first?.objectValue, "\(listed.text)")
+        #expect(item["token"]?.stringValue == Redact.token(apns))
+        #expect(item["platform"]?.stringValue == "unknown:" + Redact.shortHash(platform))
+        #expect(item["push_service"]?.stringValue == "unknown:" + Redact.shortHash(service))
+        #expect(item["upstreams"] == .array([.string("voyado"), .string("unknown:" + Redact.shortHash(upstream))]))
+        #expect(item["first_seen"]?.stringValue == "9999-12-31T23:59:59.999Z")
+        #expect(item["last_seen"]?.stringValue == "0000-01-01T00:00:00.000Z")
+        #expect(!TextRules.hasForbiddenCharacter(listed.text) && !listed.text.contains("\\u"), "\(listed.text)")
+
+        let lines = h.logs.text.split(separator: "\n").compactMap { try? JSONValue.parse(String($0)).objectValue }
+        let warning = try #require(lines.first { $0["msg"]?.stringValue?.hasPrefix("inventory record holds values") == true })
+        #expect(Set((warning["fields"]?.stringValue ?? "").split(separator: ",")) == ["platform", "push_service", "upstreams", "first_seen", "last_seen"])
+        #expect(warning["contact"]?.stringValue == Redact.contact(contact))
+        #expect(!h.logs.text.split(separator: "\n").contains { TextRules.hasForbiddenCharacter(String($0)) })
+
+        let erased = try await call("DELETE")
+        #expect(erased.status == 202, "\(erased.text)")
+        #expect(erased.json?["installations"] == .number("1"))
+        #expect(voyado.received(path: "/installations/unregister").count == 1)
+        #expect(try await redis.send(["HLEN", key]) == .integer(0))
         await h.stop()
         await voyado.stop()
     }

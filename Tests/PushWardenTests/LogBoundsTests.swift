@@ -1,6 +1,7 @@
 import Foundation
 import PWCore
 import PushWarden
+import SessionAuth
 import Synchronization
 import Testing
 
@@ -33,6 +34,28 @@ import Testing
         let suppressed = after.compactMap { $0["suppressed"]?.stringValue.flatMap { Int($0) } }.reduce(0, +)
         #expect(after.count == flood.count + 1)
         #expect(suppressed == 301 - after.count)
+        await h.stop()
+    }
+
+    /// A red-team case put a provider key where a token names its algorithm (or key id): the
+    /// refusal's log line echoed it. It shows only a short hash now, the client's answer echoes
+    /// nothing, and varying the value does not buy a line per value.
+    @Test func headerValuesInRefusedSessionsAreLoggedAsHashes() async throws {
+        let h = try await SidecarHarness(upstreams: "      - name: voyado\n        provider: dry_run", memoryStore: true)
+        // Short enough to have fitted whole in the 40 characters reasons used to keep.
+        let key = "vk_live_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(24)
+        let values = [key, "\u{202E}" + key, "\u{1B}[2J" + key]
+        for value in values {
+            let header = JSONValue.object(JSONObject([JSONMember("alg", .string(value)), JSONMember("kid", .string(value))])).encodedString()
+            let token = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(#"{"contact_id":"alice"}"#.utf8)) + ".c2ln"
+            let reply = try await h.post("/installations", #"{"platform":"android","push_token":"fcm-1"}"#, token: token)
+            #expect(reply.status == 401 && reply.errorCode == "unauthorized")
+            #expect(!reply.text.contains(key))
+        }
+        #expect(!h.logs.text.contains(key))
+        let refused = lines(h.logs, "session refused")
+        #expect(refused.count == 1, "\(refused)")
+        #expect(refused.first?["reason"]?.stringValue == "alg " + SessionVerifier.echo(key) + " not allowed")
         await h.stop()
     }
 

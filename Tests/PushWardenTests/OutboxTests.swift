@@ -45,6 +45,28 @@ import Testing
         mock.received(path: path).map { String(decoding: $0.body, as: UTF8.self) }
     }
 
+    /// A dead letter another Redis writer planted, with escape sequences and bidirectional
+    /// controls in its request id, reason, status and code: `pushwarden outbox list` prints none of
+    /// them to the operator's terminal, and the worker would not log the request id.
+    @Test func plantedDeadLettersAreListedWithoutTheirControls() async throws {
+        let app = "app-" + UUID().uuidString.prefix(8).lowercased()
+        let planted = "req\u{1B}]0;pwned\u{7}\u{202E}"
+        let entry = OutboxEntry(operation: .unregister, app: app, upstream: "voyado", contactID: "alice", requestID: planted,
+                                acceptedAtMillis: 1, pushToken: "fcm-planted", installation: nil)
+        #expect(try OutboxEntry.decode(entry.encoded()).get().requestID == "-")
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        defer { client.close() }
+        let stream = OutboxStreams.Upstream(app: app, upstream: "voyado", shards: 1).dead
+        _ = try await client.send(["XADD", stream, "*", "e", entry.encoded(), "reason", "\u{1B}[2J\u{202E}gone", "status", "4\u{1B}[0m00",
+                                   "code", "x\u{2066}\u{9B}31m"])
+        var listed: [String] = []
+        #expect(try await OutboxCommand.run(.list, redisURL: RedisServer.shared.url, app: app, upstream: nil) { listed.append($0) }.handled == 1)
+        #expect(!listed.contains { TextRules.hasForbiddenCharacter($0) }, "\(listed.map(\.debugDescription))")
+        #expect(listed.first?.contains("reason unknown:" + Redact.shortHash("\u{1B}[2J\u{202E}gone")) == true, "\(listed)")
+        #expect(listed.first?.contains("request -") == true, "\(listed)")
+        _ = try await OutboxCommand.run(.drop, redisURL: RedisServer.shared.url, app: app, upstream: nil) { _ in }
+    }
+
     @Test func aQueuedRegistrationIsAcceptedThenDeliveredOnce() async throws {
         // Each delivery takes 500 ms: the second request surely comes while the first waits.
         let mock = try MockVoyado(apiKey: "vk", latencyMillis: 500)

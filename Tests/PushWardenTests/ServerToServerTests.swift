@@ -477,6 +477,12 @@ import Testing
         #expect(RFC3339.utc(epochMillis: 1_782_987_642_456) == "2026-07-02T10:20:42.456Z")
         #expect(RFC3339.utc(epochMillis: -1) == "1969-12-31T23:59:59.999Z")
         #expect(RFC3339.utc(epochMillis: 951_782_400_000) == "2000-02-29T00:00:00.000Z")
+        // RFC 3339's years are 0000-9999: anything beyond (a planted record) is clamped to an end.
+        #expect(RFC3339.utc(epochMillis: -62_167_219_200_000) == "0000-01-01T00:00:00.000Z")
+        #expect(RFC3339.utc(epochMillis: 253_402_300_799_999) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.utc(epochMillis: Int64.max) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.utc(epochMillis: Int64.min) == "0000-01-01T00:00:00.000Z")
+        #expect(RFC3339.utc(epochMillis: 253_402_300_800_000) == "9999-12-31T23:59:59.999Z")
     }
 
     /// What the network cannot carry to the decoder (raw bytes that must be percent-encoded).

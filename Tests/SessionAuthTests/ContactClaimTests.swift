@@ -134,7 +134,7 @@ struct ContactClaimTests {
         let v = try verifier(exactPolicy([.es256], keys: .jwksFile("/etc/pushwarden/jwks.json")), jwks: jwks)
         #expect(try v.verify(token: JWTMinter.mintES256(claims: exactClaims(), key: ec, kid: "K1")).get().contactID == "alice")
         let kelvin = try JWTMinter.mintES256(claims: exactClaims(), key: ec, kid: "\u{212A}1")
-        #expect(failureReason(v.verify(token: kelvin)) == "unknown kid \u{212A}1")
+        #expect(failureReason(v.verify(token: kelvin)) == "unknown kid " + SessionVerifier.echo("\u{212A}1"))
     }
 }
 
@@ -145,13 +145,13 @@ struct ContactClaimTests {
 struct IntegerContactClaimTests {
     static let accepted: [String] = ["12345", "0", "-7", "9223372036854775807", "-9223372036854775808", "1000000000000000000"]
     static let refused: [(json: String, reason: String)] = [
-        ("12.5", "is a number that is not an integer within 64 bits (12.5)"),
-        ("12.0", "is a number that is not an integer within 64 bits (12.0)"),
-        ("1e3", "is a number that is not an integer within 64 bits (1e3)"),
-        ("1E3", "is a number that is not an integer within 64 bits (1E3)"),
-        ("-0", "is a number that is not an integer within 64 bits (-0)"),
-        ("9223372036854775808", "is a number that is not an integer within 64 bits (9223372036854775808)"),
-        ("-9223372036854775809", "is a number that is not an integer within 64 bits (-9223372036854775809)"),
+        ("12.5", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("12.5") + ")"),
+        ("12.0", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("12.0") + ")"),
+        ("1e3", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("1e3") + ")"),
+        ("1E3", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("1E3") + ")"),
+        ("-0", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("-0") + ")"),
+        ("9223372036854775808", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("9223372036854775808") + ")"),
+        ("-9223372036854775809", "is a number that is not an integer within 64 bits (" + SessionVerifier.echo("-9223372036854775809") + ")"),
         ("true", "is a boolean, not a string or an integer"),
         ("false", "is a boolean, not a string or an integer"),
         ("null", "is null, not a string or an integer"),

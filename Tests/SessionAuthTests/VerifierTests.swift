@@ -195,13 +195,46 @@ struct RefusedTokenTests {
         let f = try Fixture.get()
         let v = try verifier(jwtPolicy([.rs256, .es256]), jwks: f.jwks)
         let unknown = try f.token(header: #"{"alg":"RS256","kid":"nope"}"#, payload: payload(), keyFile: "rsa.pem")
-        #expect(failureReason(v.verify(token: unknown)) == "unknown kid nope")
+        #expect(failureReason(v.verify(token: unknown)) == "unknown kid " + SessionVerifier.echo("nope"))
         let wrongFamily = try f.token(header: #"{"alg":"ES256","kid":"rsa-1"}"#, payload: payload(), keyFile: "ec.pem")
         #expect(failureReason(v.verify(token: wrongFamily)) == "kid rsa-1 is not a key for ES256")
         let oct = try f.hs256Token(header: #"{"alg":"RS256","kid":"hmac-1"}"#, payload: payload(), secret: Array("secret".utf8))
-        #expect(failureReason(v.verify(token: oct)) == "unknown kid hmac-1")
+        #expect(failureReason(v.verify(token: oct)) == "unknown kid " + SessionVerifier.echo("hmac-1"))
         let numericKid = try f.token(header: #"{"alg":"RS256","kid":1}"#, payload: payload(), keyFile: "rsa.pem")
         #expect(failureReason(v.verify(token: numericKid)) == "kid is a number, not a string")
+    }
+
+    /// A red-team token carried a provider key as its `kid`, and the refusal's reason (logged)
+    /// held the key. Values the client chose appear only as a short hash, whatever they hold; the
+    /// reason's kind (what log bounds key on) is the same for every value.
+    @Test func clientChosenValuesAreNeverEchoedInReasons() throws {
+        let f = try Fixture.get()
+        let v = try verifier(jwtPolicy([.rs256, .es256]), jwks: f.jwks)
+        let key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+        let planted = [key, "k\u{202E}1\u{1B}[2J", String(repeating: "A", count: 300)]
+        var kinds: Set<String> = []
+        for value in planted {
+            let header = JSONValue.object(JSONObject([JSONMember("alg", "RS256"), JSONMember("kid", .string(value))])).encodedString()
+            let token = try f.token(header: header, payload: payload(), keyFile: "rsa.pem")
+            guard case .failure(let failure) = v.verify(token: token) else { Issue.record("accepted"); continue }
+            #expect(failure.reason == "unknown kid " + SessionVerifier.echo(value))
+            #expect(!failure.reason.contains(String(value.prefix(8))) && !TextRules.hasForbiddenCharacter(failure.reason))
+            kinds.insert(failure.kind)
+
+            let alg = JSONValue.object(JSONObject([JSONMember("alg", .string(value))])).encodedString()
+            let algToken = try f.token(header: alg, payload: payload(), keyFile: "rsa.pem")
+            #expect(failureReason(v.verify(token: algToken)) == "alg " + SessionVerifier.echo(value) + " not allowed")
+        }
+        #expect(kinds == ["unknown kid"])
+        #expect(SessionVerifier.echo(key) == "sha256:" + String(SHA256.hexHash(Array(key.utf8)).prefix(8)))
+        // A registered algorithm name says more than its hash and cannot carry anything else.
+        let hs512 = try f.token(header: #"{"alg":"HS512"}"#, payload: payload(), keyFile: "rsa.pem")
+        #expect(failureReason(v.verify(token: hs512)) == "alg HS512 not allowed")
+        // A contact claim that is a number too large: the number is hashed too.
+        let digits = String(repeating: "7", count: 60)
+        let big = try f.token(header: #"{"alg":"RS256"}"#, payload: payload(["contact_id": digits]), keyFile: "rsa.pem")
+        #expect(failureReason(v.verify(token: big)) == "contact claim contact_id is a number that is not an integer within 64 bits ("
+            + SessionVerifier.echo(digits) + ")")
     }
 
     @Test func headerRules() throws {

@@ -25,9 +25,16 @@ extension Registrar: ContactAdministration {
         return kept
             .sorted { ($0.stored.lastSeenMillis, $0.stored.token.digest) > ($1.stored.lastSeenMillis, $1.stored.token.digest) }
             .map { kept in
-                InstallationSummary(token: kept.summaryToken, platform: kept.stored.platform, pushService: kept.stored.pushService,
-                                    upstreams: kept.stored.upstreams, firstSeenMillis: kept.stored.firstSeenMillis,
-                                    lastSeenMillis: kept.stored.lastSeenMillis)
+                var odd: [String] = []
+                let summary = InstallationSummary(kept, odd: &odd)
+                if !odd.isEmpty {
+                    // Listed and erasable still (an erasure must reach it), but never echoed as stored.
+                    logger.bounded(.warning, "inventory record holds values PushWarden never writes; listed replaced", key: "odd" + app.policy.id, [
+                        ("app", app.policy.id), ("contact", Redact.contact(contactID)), ("token", summary.token),
+                        ("fields", odd.joined(separator: ",")),
+                    ])
+                }
+                return summary
             }
     }
 

@@ -35,7 +35,15 @@ final class Inventory: Sendable {
         let pushToken: String?
         let contactID: String?
 
-        var summaryToken: String { pushToken.map(Redact.token) ?? "tok:" + stored.token.digest.prefix(8) }
+        /// The token as logs and the server-to-server API show it. A record that cannot be opened
+        /// shows its digest's first 8 hex digits, or a hash of a field name PushWarden never
+        /// writes (the digest is the store's field name, which another writer may have chosen).
+        var summaryToken: String {
+            if let pushToken { return Redact.token(pushToken) }
+            let digest = stored.token.digest
+            let isHex = digest.utf8.count == 64 && digest.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+            return "tok:" + (isHex ? String(digest.prefix(8)) : Redact.shortHash(digest))
+        }
     }
 
     // MARK: Writing

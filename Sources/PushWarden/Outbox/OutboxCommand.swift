@@ -178,7 +178,7 @@ public enum OutboxCommand {
 
     private static func describe(_ message: OutboxStreams.Message, fields: [String: String],
                                  decoded: Result<OutboxEntry, OutboxEntry.DecodingFailure>, target: OutboxStreams.Upstream) -> String {
-        var parts = [message.id, "\(target.app)/\(target.upstream)"]
+        var parts = [shown(message.id), "\(shown(target.app))/\(shown(target.upstream))"]
         switch decoded {
         case .success(let entry):
             parts += [entry.operation.rawValue, Redact.token(entry.pushToken), "contact \(Redact.contact(entry.contactID))",
@@ -188,10 +188,18 @@ public enum OutboxCommand {
         case .failure(let failure):
             parts.append("malformed entry (\(failure.field))")
         }
-        parts.append("reason \(fields["reason"] ?? "-")")
-        if let status = fields["status"] { parts.append("status \(status)") }
-        if let code = fields["code"] { parts.append("code \(code)") }
+        parts.append("reason \(fields["reason"].map(shown) ?? "-")")
+        if let status = fields["status"] { parts.append("status \(shown(status))") }
+        if let code = fields["code"] { parts.append("code \(shown(code))") }
         return parts.joined(separator: "  ")
+    }
+
+    /// A value read from the stream (or a key's name) as a terminal shows it: as it is when it is
+    /// what PushWarden writes there (`[A-Za-z0-9._:-]`, ids, codes, names), else `unknown:` and a
+    /// short hash, so that escape sequences or bidirectional controls another writer planted never
+    /// reach an operator's terminal.
+    static func shown(_ value: String) -> String {
+        RequestID.isSane(value) ? value : "unknown:" + Redact.shortHash(value)
     }
 
     /// Every dead-letter stream on this Redis, narrowed to `app` and `upstream`, and the layout

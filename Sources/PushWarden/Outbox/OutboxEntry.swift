@@ -93,7 +93,8 @@ struct OutboxEntry: Sendable, Equatable {
                 installation = try decode(value, pushToken: token, sealer: sealer, place: place).get()
             }
             return .success(OutboxEntry(operation: operation, app: app, upstream: upstream,
-                                        contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue ?? "-",
+                                        // Logged and listed: only a request id PushWarden could have written is taken.
+                                        contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue.flatMap { RequestID.isSane($0) ? $0 : nil } ?? "-",
                                         acceptedAtMillis: accepted, pushToken: token, installation: installation))
         } catch {
             return .failure(error)

@@ -343,7 +343,7 @@ public final class ClientAPIHandler: HTTPHandler {
             return session
         case .failure(.refused(let failure)):
             metrics.authFailure(app: app.policy.id)
-            logger.bounded(.info, "session refused", key: app.policy.id + "\u{0}" + failure.reason,
+            logger.bounded(.info, "session refused", key: app.policy.id + "\u{0}" + failure.kind,
                            [("app", app.policy.id), ("request_id", requestID), ("reason", failure.reason)])
             throw ContractError(.unauthorized, "a valid session is required")
         case .failure(.unavailable(let reason)):
