@@ -74,6 +74,7 @@ import Testing
                     }
                     let installation = entry["installation"]?.objectValue
                     open(entry["token"]?.stringValue, "token")
+                    open(entry["contact"]?.stringValue, "contact")
                     open(installation?["previous_push_token"]?.stringValue, "previous_push_token")
                     open(installation?["web_push_keys"]?.objectValue?["p256dh"]?.stringValue, "p256dh")
                     open(installation?["web_push_keys"]?.objectValue?["auth"]?.stringValue, "auth")
@@ -640,7 +641,7 @@ enum OutboxFixture {
         let entry = OutboxEntry(operation: .register, app: "shop", upstream: "nn", contactID: "alice", requestID: "r1", acceptedAtMillis: 1_700_000_000_000,
                                 pushToken: endpoint, installation: installation)
         let text = entry.encoded(sealer: sealer)
-        for secret in [endpoint, previous, p256dh, auth] { #expect(!text.contains(secret)) }
+        for secret in [endpoint, previous, p256dh, auth, "alice"] { #expect(!text.contains(secret)) }
         #expect(text.contains(#""app":"shop""#) && text.contains(#""installation_id":"inst-1""#))
         #expect(try OutboxEntry.decode(text, sealer: sealer).get() == entry)
         #expect(OutboxEntry.decode(text) == .failure(.unreadable("token")))

@@ -44,7 +44,7 @@ struct OutboxEntry: Sendable, Equatable {
             JSONMember("op", .string(operation.rawValue)),
             JSONMember("app", .string(app)),
             JSONMember("upstream", .string(upstream)),
-            JSONMember("contact", .string(contactID)),
+            JSONMember("contact", .string(sealer.seal(contactID, boundTo: Self.place("contact", app: app, upstream: upstream)))),
             JSONMember("request_id", .string(requestID)),
             JSONMember("accepted_ms", .number(String(acceptedAtMillis))),
             JSONMember("token", .string(sealer.seal(pushToken, boundTo: Self.place("token", app: app, upstream: upstream)))),
@@ -87,6 +87,8 @@ struct OutboxEntry: Sendable, Equatable {
             let app = try string("app").get(), upstream = try string("upstream").get()
             let place = { (field: String) in Self.place(field, app: app, upstream: upstream) }
             guard let token = sealer.open(try string("token").get(), boundTo: place("token")) else { return .failure(.unreadable("token")) }
+            // Personal data: sealed like the token (an entry of an earlier build holds it in clear).
+            guard let contact = sealer.open(try string("contact").get(), boundTo: place("contact")) else { return .failure(.unreadable("contact")) }
             var installation: Installation?
             if operation == .register {
                 guard let value = object["installation"]?.objectValue else { return .failure(.missing("installation")) }
@@ -94,7 +96,7 @@ struct OutboxEntry: Sendable, Equatable {
             }
             return .success(OutboxEntry(operation: operation, app: app, upstream: upstream,
                                         // Logged and listed: only a request id PushWarden could have written is taken.
-                                        contactID: try string("contact").get(), requestID: object["request_id"]?.stringValue.flatMap { RequestID.isSane($0) ? $0 : nil } ?? "-",
+                                        contactID: contact, requestID: object["request_id"]?.stringValue.flatMap { RequestID.isSane($0) ? $0 : nil } ?? "-",
                                         acceptedAtMillis: accepted, pushToken: token, installation: installation))
         } catch {
             return .failure(error)
