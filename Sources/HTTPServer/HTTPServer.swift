@@ -46,7 +46,8 @@ public final class HTTPServer: Sendable {
     ///   literal, or when a loop cannot start (port in use, thread creation failed).
     public init(configuration: HTTPServerConfiguration, handler: some HTTPHandler) throws(HTTPServerError) {
         try configuration.validate()
-        let core = ServerCore(handler: handler, connectionsPerAddress: configuration.perAddressConnectionLimit)
+        let core = ServerCore(handler: handler, connectionsPerAddress: configuration.perAddressConnectionLimit,
+                              headTimeoutSeconds: configuration.headTimeoutSeconds)
         var loops: [ServerLoop] = []
         let guardSocket = try ServerLoop.listenSocket(configuration.host, port: configuration.port, guard: true)
         defer { close(guardSocket) }

@@ -238,6 +238,8 @@ final class RequestContext: Sendable {
         }
         if forceClose && !hasClose {
             _ = MHD_add_response_header(mhdResponse, "Connection", "close")
+        } else if !hasClose, let keepAlive = core.keepAlive {
+            _ = withNulTerminated(keepAlive) { value in MHD_add_response_header(mhdResponse, "Keep-Alive", value) }
         }
         let status = (100...999).contains(response.status) ? UInt32(response.status) : 500
         return MHD_queue_response(connection, status, mhdResponse)

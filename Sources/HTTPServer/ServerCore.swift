@@ -14,12 +14,22 @@ final class ServerCore: Sendable {
     /// Connections per client address, over every loop.
     let addresses: AddressLimiter
     let activeRequests = Atomic<Int>(0)
+    /// `Keep-Alive: timeout=N` on every kept-alive response, N a second under the head deadline
+    /// that closes an idle connection: a client that honours it retires the connection before the
+    /// server closes it under a request it is sending (nil: no deadline, nothing to announce).
+    let keepAlive: String?
     private let draining = Atomic<Bool>(false)
     private let registry = Mutex(Registry())
 
-    init(handler: any HTTPHandler, connectionsPerAddress: Int) {
+    init(handler: any HTTPHandler, connectionsPerAddress: Int, headTimeoutSeconds: Double = 0) {
         self.handler = handler
         self.addresses = AddressLimiter(limit: connectionsPerAddress)
+        keepAlive = Self.keepAlive(headTimeoutSeconds: headTimeoutSeconds)
+    }
+
+    static func keepAlive(headTimeoutSeconds: Double) -> String? {
+        guard headTimeoutSeconds > 0 else { return nil }
+        return "timeout=" + String(max(1, Int(headTimeoutSeconds.rounded(.down)) - 1))
     }
 
     var isDraining: Bool { draining.load(ordering: .relaxed) }

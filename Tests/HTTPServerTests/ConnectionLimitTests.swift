@@ -60,6 +60,33 @@ import Testing
         }
     }
 
+    /// The deadline that closes an idle kept-alive connection is announced a second early
+    /// (`Keep-Alive: timeout=N`), so a client that honours it never sends a request into the close;
+    /// one that reuses the connection within N is served.
+    @Test func keptAliveResponsesAnnounceWhenTheServerClosesAnIdleConnection() async throws {
+        try await withServer(HTTPServerConfiguration(threads: 2, headTimeoutSeconds: 3)) { server, _ in
+            let (first, second, refused) = try await offPool {
+                let client = try RawHTTPClient(port: server.port)
+                try client.send("GET /one HTTP/1.1\r\nHost: t\r\n\r\n")
+                let first = try client.readResponse()
+                Thread.sleep(forTimeInterval: 2.0)
+                try client.send("GET /two HTTP/1.1\r\nHost: t\r\n\r\n")
+                let second = try client.readResponse()
+                let refused = try RawHTTPClient(port: server.port)
+                try refused.send("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\n")
+                return (first, second, try refused.readResponse())
+            }
+            #expect(first.status == 200 && first.header("Keep-Alive") == "timeout=2")
+            #expect(second.status == 200 && second.header("X-Path") == "/two", "reused within the announced timeout")
+            // A response that closes the connection announces nothing.
+            #expect(refused.header("Connection")?.lowercased() == "close")
+            #expect(refused.header("Keep-Alive") == nil)
+        }
+        #expect(ServerCore.keepAlive(headTimeoutSeconds: 10) == "timeout=9")
+        #expect(ServerCore.keepAlive(headTimeoutSeconds: 1) == "timeout=1")
+        #expect(ServerCore.keepAlive(headTimeoutSeconds: 0) == nil)
+    }
+
     @Test func oneAddressCannotTakeEveryConnection() async throws {
         let limit = 4
         try await withServer(HTTPServerConfiguration(threads: 2, perAddressConnectionLimit: limit)) { server, _ in
