@@ -87,7 +87,7 @@ status=0
 LD_PRELOAD=$preload timeout --kill-after=30 "$test_seconds" swift test --skip-build --scratch-path "$scratch" --sanitize="$sanitizer" \
   --no-parallel --filter "$filter" || status=$?
 ran=$SECONDS
-echo "$sanitizer sanitizer: build $((built - began)) s, suites $((ran - built)) s"
+echo "$sanitizer sanitizer: build $((built - began)) s, run $((ran - built)) s, wall $((ran - began)) s"
 if ((status == 124 || status == 137)); then echo "$sanitizer sanitizer: the suites overran ${test_seconds} s" >&2; fi
 
 shopt -s nullglob
