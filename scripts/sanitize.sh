@@ -6,10 +6,9 @@
 # (all of them are kept in .build/<sanitizer>/reports) and how long the build and the run took.
 #
 # Under ThreadSanitizer, scripts/sanitize/tsan-mutex.c is preloaded so that TSan sees
-# Synchronization.Mutex's contended hand-over; nothing is suppressed. LeakSanitizer is off under
-# AddressSanitizer (detect_leaks=0): the test process exits with the Swift runtime's and libraries'
-# process-lifetime allocations still reachable; leaks are hunted by the fuzz targets
-# (scripts/fuzz.sh), which run with LeakSanitizer on.
+# Synchronization.Mutex's contended hand-over; nothing is suppressed. LeakSanitizer runs with
+# AddressSanitizer; scripts/sanitize/lsan.supp names the few leaks of XCTest and Foundation it
+# must not count, each by its frame.
 #
 # Time bounds (seconds, overridable): SANITIZE_BUILD_SECONDS (default 3600) for the build,
 # SANITIZE_TEST_SECONDS (default 2400) for the run.
@@ -62,7 +61,9 @@ fi
 
 case $sanitizer in
   thread) export TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/$reports/tsan second_deadlock_stack=1" ;;
-  address) export ASAN_OPTIONS="halt_on_error=0 log_path=$PWD/$reports/asan detect_leaks=0" ;;
+  address)
+    export ASAN_OPTIONS="halt_on_error=0 log_path=$PWD/$reports/asan detect_leaks=1"
+    export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitize/lsan.supp print_suppressions=0" ;;
 esac
 
 # Every name must be a suite of this build: a misspelt or renamed suite would otherwise match
@@ -98,7 +99,7 @@ if ((${#files[@]} > 0)); then
   count=$(cat "${files[@]}" | grep -c '^SUMMARY:' || true)
   echo "$sanitizer sanitizer: $count report(s) in ${#files[@]} file(s) under $reports:"
   grep -H '^SUMMARY:' "${files[@]}" | sed -E "s|^$reports/||; s|:SUMMARY: | |" | sort | uniq -c | sort -rn
-  awk '/^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: AddressSanitizer)/ { n = 40; block = "" }
+  awk '/^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: (AddressSanitizer|LeakSanitizer))/ { n = 40; block = "" }
        n > 0 { block = block $0 "\n"; n-- }
        /^SUMMARY:/ { if (!($0 in seen)) { seen[$0] = 1; printf "--- %s\n%s", FILENAME, block } ; n = 0 }' "${files[@]}"
   exit 1
