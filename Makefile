@@ -44,10 +44,11 @@ test: deps
 	timeout 1200 scripts/checks/run-all.sh
 
 ## ThreadSanitizer over the suites with shared state across threads (store, outbox, inventory,
-## cluster, server), AddressSanitizer over the wrappers of C libraries; each in a scratch path of
-## its own. Fails on any report (see README, "Sanitizers").
-TSAN_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|OutboxTests|OutboxProcessTests|InventoryTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|ClusterClientTests|LoopRedisTests|LoopAffinityTests|HTTPServerTests|ConnectionLimitTests|RequestFramingTests
-ASAN_SUITES ?= RedisClientTests|LoopRedisTests|ClusterClientTests|HTTPClientTests|LoopClientTests|HTTPServerTests|RequestFramingTests|ConnectionLimitTests|CryptoTests|AESGCMTests|VerifierTests|YAMLParserTests|PolicyLoaderTests
+## cluster, the loops, the HTTP edge and server), AddressSanitizer over the wrappers of C libraries;
+## each in a scratch path of its own. Every name must be a suite; fails on any report or failed
+## suite (see README, "Sanitizers").
+TSAN_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RateLimitStoreTests|OutboxTests|OutboxProcessTests|InventoryTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|ClusterClientTests|LoopRedisTests|LoopAffinityTests|ContractTests|EarlyRefusalTests|ServerToServerTests|HTTPServerTests|ConnectionLimitTests|RequestFramingTests
+ASAN_SUITES ?= RedisCommandTests|RedisConfigurationTests|RedisAvailabilityTests|ClusterSlotTests|ClusterClientTests|LoopRedisTests|HTTPClientTests|HTTPClientTLSTests|LoopClientTests|HTTPServerTests|RequestFramingTests|ConnectionLimitTests|CryptoPrimitiveTests|KeyTests|AESGCMTests|AcceptedTokenTests|RefusedTokenTests|ConcurrencyTests|YAMLParserTests|PolicyLoaderTests
 sanitize: deps
 	scripts/sanitize.sh thread '$(TSAN_SUITES)'
 	scripts/sanitize.sh address '$(ASAN_SUITES)'
