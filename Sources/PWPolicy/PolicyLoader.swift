@@ -142,13 +142,18 @@ struct PolicyReader {
 
     /// `audit: {signing_key: SECRET}`: the key that signs the evidence trail's receipts.
     func audit(_ node: YAMLNode, _ path: String) -> AuditPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["signing_key"])
-        guard fields.isMapping else { return nil }
-        guard let keyNode = fields.required("signing_key") else { return nil }
-        let at = fields.at("signing_key")
-        guard let key = checker.secret(keyNode, at), fields.isClean else { return nil }
-        checker.locate(keyNode.mark, at)
-        return AuditPolicy(signingKey: key)
+        secretBlock(node, path, key: "signing_key").map(AuditPolicy.init(signingKey:))
+    }
+
+    /// A block holding one secret reference under `key` and nothing else; its place is recorded
+    /// so that a value refused when it is read is reported where it is named.
+    private func secretBlock(_ node: YAMLNode, _ path: String, key: String) -> SecretRef? {
+        let fields = Fields(checker, node, path, allowed: [key])
+        guard fields.isMapping, let secretNode = fields.required(key) else { return nil }
+        let at = fields.at(key)
+        guard let secret = checker.secret(secretNode, at), fields.isClean else { return nil }
+        checker.locate(secretNode.mark, at)
+        return secret
     }
 
     /// `serial`: an unquoted integer in `0...Policy.maximumSerial`. Unlike the policy's other
@@ -169,13 +174,7 @@ struct PolicyReader {
     /// own): a server-to-server API bearer token. Its place is recorded so that a token refused
     /// when it is read (too short, shared with another) is reported where it is named.
     func admin(_ node: YAMLNode, _ path: String) -> AdminPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["token"])
-        guard fields.isMapping else { return nil }
-        guard let tokenNode = fields.required("token") else { return nil }
-        let at = fields.at("token")
-        guard let token = checker.secret(tokenNode, at), fields.isClean else { return nil }
-        checker.locate(tokenNode.mark, at)
-        return AdminPolicy(token: token)
+        secretBlock(node, path, key: "token").map(AdminPolicy.init(token:))
     }
 
     func apps(_ node: YAMLNode) -> [AppPolicy]? {

@@ -24,13 +24,7 @@ public enum AuditVerification {
                 throw StartupError("an audit key is not a PEM Ed25519 public key (openssl pkey -pubout makes one)")
             }
         }
-        let configuration: RedisConfiguration
-        do {
-            configuration = try RedisConfiguration(url: redisURL)
-        } catch {
-            throw StartupError("invalid Redis URL: \(error.detail)")
-        }
-        let client = RedisClient(configuration: configuration)
+        let client = try RedisClient.forCommand(redisURL)
         defer { client.close() }
         let reports: [Report]
         do {

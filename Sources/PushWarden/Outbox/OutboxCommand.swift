@@ -16,6 +16,17 @@ import RedisClient
 /// the layout each running sidecar records every 2 s (`OutboxStreams.record`): none recorded, or
 /// records that disagree (a rollout that changes `delivery`), and the entry stays a dead letter.
 /// The dead letter's own `shards` field is never trusted.
+extension RedisClient {
+    /// The client a command (`outbox`, `audit verify`) talks to Redis through; close it when done.
+    static func forCommand(_ url: String) throws(StartupError) -> RedisClient {
+        do {
+            return RedisClient(configuration: try RedisConfiguration(url: url))
+        } catch {
+            throw StartupError("invalid Redis URL: \(error.detail)")
+        }
+    }
+}
+
 public enum OutboxCommand {
     public enum Action: String, Sendable { case list, replay, drop }
 
@@ -32,13 +43,7 @@ public enum OutboxCommand {
     ///   it, the layout the running sidecars recorded.
     public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?, policy: Policy? = nil,
                            sealer: StoreSealer = .none, write: (String) -> Void) async throws(StartupError) -> Report {
-        let configuration: RedisConfiguration
-        do {
-            configuration = try RedisConfiguration(url: redisURL)
-        } catch {
-            throw StartupError("invalid Redis URL: \(error.detail)")
-        }
-        let client = RedisClient(configuration: configuration)
+        let client = try RedisClient.forCommand(redisURL)
         defer { client.close() }
         let streams = OutboxStreams(client: client, sealer: sealer)
         let found = try await scan(client, app: app, upstream: upstream)
