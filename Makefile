@@ -33,14 +33,16 @@ token: $(DEV_SECRET_FILE)
 
 ## Runs every test (starts its own redis-server and Redis Cluster on free loopback ports) in the
 ## debug build, then the suites that touch the store, the outbox, the inventory and registration
-## again built as the product is (-O, RELEASE_SUITES), then the checks beside the Swift tests
+## again built as the product is (-O, RELEASE_SUITES), the C wrappers' suites under AddressSanitizer
+## (ASAN_SUITES, the half of `make sanitize` that fits the budget), then the checks beside the Swift tests
 ## (scripts/checks/*.check.sh: the release binary's soak, OpenAPI, manifests, container, ...).
-RELEASE_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests
+RELEASE_SUITES ?= ConcurrentMapTests|AuditTrailTests|PolicySerialTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests
 test: deps
 	swift build --build-tests
 	timeout 1200 swift test --skip-build --no-parallel
 	swift build -c release --build-tests -Xswiftc -enable-testing --scratch-path .build/release-tests
 	timeout 900 swift test -c release --skip-build --scratch-path .build/release-tests --no-parallel --filter '$(RELEASE_SUITES)'
+	SANITIZE_BUILD_SECONDS=900 SANITIZE_TEST_SECONDS=600 scripts/sanitize.sh address '$(ASAN_SUITES)'
 	timeout 1200 scripts/checks/run-all.sh
 
 ## ThreadSanitizer over the suites with shared state across threads (store, outbox, inventory,

@@ -56,8 +56,6 @@ final class MultiDriver {
         spare.removeAll()
     }
 
-    var isIdle: Bool { active.isEmpty }
-
     /// Adds `transfer` to the multi handle, or finishes it at once when it was cancelled or cannot
     /// start.
     func begin(_ transfer: Transfer) {

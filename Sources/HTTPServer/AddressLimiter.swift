@@ -43,7 +43,4 @@ final class AddressLimiter: Sendable {
 
     /// Connections currently counted for `address`. For tests.
     func held(_ address: AddressKey) -> Int { counts.withLock { $0[address, default: 0] } }
-
-    /// Addresses currently holding a connection. For tests.
-    var addressCount: Int { counts.withLock { $0.count } }
 }

@@ -109,8 +109,6 @@ public final class HTTPServer: Sendable {
     /// Requests between their request line and MHD's completion notice. For tests.
     var activeRequestCount: Int { core.activeRequests.load(ordering: .acquiring) }
 
-    /// Client addresses holding a connection place. For tests.
-    var trackedAddressCount: Int { core.addresses.addressCount }
 
     private func stopLoops() {
         // MHD_stop_daemon panics on a suspended connection, so wake every one first.

@@ -55,12 +55,6 @@ public final class PolicyReloader: Sendable {
         Task.detached { [self] in await drain(reason: reason) }
     }
 
-    /// Reloads now and returns whether the new policy is in force (tests; `request` otherwise).
-    /// Must not overlap with `request`-driven reloads.
-    public func reloadNow(reason: String) async -> Bool {
-        await reloadOnce(reason: reason)
-    }
-
     private func drain(reason: String) async {
         var reason = reason
         while true {

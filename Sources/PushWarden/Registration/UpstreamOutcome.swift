@@ -5,11 +5,6 @@ public enum UpstreamOutcome: Sendable, Equatable {
     case queued
     case failed(UpstreamFailure)
 
-    public var isForwarded: Bool {
-        if case .forwarded = self { return true }
-        return false
-    }
-
     public var isUnchanged: Bool {
         if case .unchanged = self { return true }
         return false
