@@ -21,10 +21,7 @@ import Testing
     }
 
     static func erase(_ h: SidecarHarness, _ contact: String) async throws -> Harness.Reply {
-        let response = try await h.client.execute(HTTPClientRequest(
-            method: "DELETE", url: "http://127.0.0.1:\(h.sidecar.adminPort)/v1/apps/\(h.app)/contacts/\(contact)/installations",
-            headers: ["Authorization": "Bearer " + ServerToServerTests.adminToken], timeoutMillis: 10_000))
-        return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+        try await h.installations("DELETE", contact: contact)
     }
 
     static func verify(_ h: SidecarHarness, key: Ed25519PrivateKey) throws -> CommandLineTests.Run {

@@ -177,15 +177,9 @@ import Testing
         let h = try await SidecarHarness(upstreams: Self.voyado(voyado) + "\n" + VoidhashTests.block(vh, role: "shadow"),
                                          secrets: secrets, topLevel: "admin: {token: {env: TEST_ADMIN_TOKEN}}")
         let contact = "user 42/ä"  // percent-encoded in the path
-        let path = "/v1/apps/\(h.app)/contacts/user%2042%2F%C3%A4/installations"
         let apns = Self.apns(), fcm = Self.android()
         for body in [Self.ios(apns), Self.android(fcm)] { #expect(try await h.post("/installations", body, contact: contact).status == 202) }
-        func call(_ method: String) async throws -> Harness.Reply {
-            let response = try await h.client.execute(HTTPClientRequest(
-                method: method, url: "http://127.0.0.1:\(h.sidecar.adminPort)\(path)",
-                headers: ["Authorization": "Bearer " + ServerToServerTests.adminToken], timeoutMillis: 10_000))
-            return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
-        }
+        func call(_ method: String) async throws -> Harness.Reply { try await h.installations(method, contact: "user%2042%2F%C3%A4") }
         let listed = try await call("GET")
         #expect(listed.status == 200, "\(listed.text)")
         let items = listed.json?["installations"]?.arrayValue ?? []
@@ -264,12 +258,7 @@ import Testing
         ])
         _ = try await redis.send(["HSET", key, field, JSONValue.object(planted).encodedString()])
 
-        func call(_ method: String) async throws -> Harness.Reply {
-            let response = try await h.client.execute(HTTPClientRequest(
-                method: method, url: "http://127.0.0.1:\(h.sidecar.adminPort)/v1/apps/\(h.app)/contacts/\(contact)/installations",
-                headers: ["Authorization": "Bearer " + ServerToServerTests.adminToken], timeoutMillis: 10_000))
-            return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
-        }
+        func call(_ method: String) async throws -> Harness.Reply { try await h.installations(method, contact: contact) }
         let listed = try await call("GET")
         #expect(listed.status == 200, "\(listed.text)")
         let item = try #require(listed.json?["installations"]?.arrayValue?.first?.objectValue, "\(listed.text)")

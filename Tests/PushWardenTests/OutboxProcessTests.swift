@@ -81,9 +81,28 @@ import Testing
     }
 
     static func flush(database: Int) async throws {
+        let client = try await emptied(database: database)
+        client.close()
+    }
+
+    /// A client of `database`, emptied first; the caller closes it.
+    static func emptied(database: Int) async throws -> RedisClient {
         let client = RedisClientFactory.make(database: database)
-        defer { client.close() }
-        _ = try await client.send(["FLUSHDB"])
+        do {
+            _ = try await client.send(["FLUSHDB"])
+        } catch {
+            client.close()
+            throw error
+        }
+        return client
+    }
+
+    /// Whether the mock was asked to remove every one of `tokens` (waits up to 15 s).
+    static func removalsArrived(_ tokens: [String], at mock: MockVoyado) async -> Bool {
+        await eventually {
+            let bodies = mock.received(path: "/installations/unregister").map { String(decoding: $0.body, as: UTF8.self) }
+            return tokens.allSatisfy { token in bodies.contains { $0.contains(token) } }
+        }
     }
 
     /// Delivered tokens among `tokens` (a registration call the mock accepted), and the calls
@@ -206,8 +225,7 @@ extension OutboxProcessTests {
     /// trapped; left pending, every replica that claimed it died in turn. Now it is malformed:
     /// dead-lettered with a log line that names the field (not the token), and the sidecar goes on.
     @Test(.timeLimit(.minutes(1))) func anOutsideAcceptTimeIsDeadLetteredNotACrash() async throws {
-        try await Self.flush(database: 5)
-        let client = RedisClientFactory.make(database: 5)
+        let client = try await Self.emptied(database: 5)
         defer { client.close() }
         let mock = try MockVoyado(apiKey: "vk")
         let token = "fcm-" + UUID().uuidString
@@ -233,8 +251,7 @@ extension OutboxProcessTests {
     /// An entry whose body names another app than the stream it sits in (written by hand) is
     /// dead-lettered as malformed, never delivered through this stream's upstream.
     @Test(.timeLimit(.minutes(1))) func anEntryNamingAnotherOutboxIsDeadLetteredNotDelivered() async throws {
-        try await Self.flush(database: 10)
-        let client = RedisClientFactory.make(database: 10)
+        let client = try await Self.emptied(database: 10)
         defer { client.close() }
         let mock = try MockVoyado(apiKey: "vk")
         let token = "fcm-" + UUID().uuidString
@@ -258,8 +275,7 @@ extension OutboxProcessTests {
     /// `4294967296` trapped converting it, `1000` put the entry in a shard no worker reads and
     /// said "replayed". Now the policy's layout places every one where a worker reads it.
     @Test(.timeLimit(.minutes(1))) func replayPlacesEntriesByThePolicyNotByTheDeadLetter() async throws {
-        try await Self.flush(database: 6)
-        let client = RedisClientFactory.make(database: 6)
+        let client = try await Self.emptied(database: 6)
         defer { client.close() }
         let mock = try MockVoyado(apiKey: "vk")
         let policy = try Self.policy(mock)
@@ -276,19 +292,14 @@ extension OutboxProcessTests {
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
         #expect(run.stdout.hasSuffix("5 replayed\n"), "\(run.stdout)")
         #expect(try await Self.length(client, Self.shop.dead) == 0)
-        let arrived = await Self.eventually {
-            let bodies = mock.received(path: "/installations/unregister").map { String(decoding: $0.body, as: UTF8.self) }
-            return tokens.allSatisfy { token in bodies.contains { $0.contains(token) } }
-        }
-        #expect(arrived, "\(mock.received.map(\.path))")
+        #expect(await Self.removalsArrived(tokens, at: mock), "\(mock.received.map(\.path))")
         await mock.stop()
     }
 
     /// An app or upstream the policy has no outbox for, and an entry whose body names another
     /// outbox than its stream: not replayed, named by id with why, left in the dead letters.
     @Test func replayRefusesWhatNoWorkerWouldRead() async throws {
-        try await Self.flush(database: 7)
-        let client = RedisClientFactory.make(database: 7)
+        let client = try await Self.emptied(database: 7)
         defer { client.close() }
         let mock = try MockVoyado(apiKey: "vk")
         let policy = try Self.policy(mock)
@@ -319,8 +330,7 @@ extension OutboxProcessTests {
     /// Without a policy: `list`, `replay` and `drop` work on entries that are not sealed; `replay`
     /// places them by the layout the running sidecar recorded.
     @Test(.timeLimit(.minutes(1))) func withoutAPolicyReplayPlacesByTheRunningSidecar() async throws {
-        try await Self.flush(database: 8)
-        let client = RedisClientFactory.make(database: 8)
+        let client = try await Self.emptied(database: 8)
         defer { client.close() }
         let mock = try MockVoyado(apiKey: "vk")
         let (process, _) = try Self.start(try Self.policy(mock), database: 8)
@@ -333,11 +343,7 @@ extension OutboxProcessTests {
         let replayed = try Self.outbox(["replay", "--app", "shop", "--upstream", "voyado"], database: 8)
         #expect(replayed.status == 0, "\(replayed.stdout)\(replayed.stderr)")
         #expect(replayed.stdout.hasSuffix("3 replayed\n"), "\(replayed.stdout)")
-        let arrived = await Self.eventually {
-            let bodies = mock.received(path: "/installations/unregister").map { String(decoding: $0.body, as: UTF8.self) }
-            return tokens.allSatisfy { token in bodies.contains { $0.contains(token) } }
-        }
-        #expect(arrived, "\(mock.received.map(\.path))")
+        #expect(await Self.removalsArrived(tokens, at: mock), "\(mock.received.map(\.path))")
         try await Self.deadLetter(client, Self.shop, body: OutboxFixture.entry(app: "shop", token: tokens[0]).encoded())
         let dropped = try Self.outbox(["drop", "--app", "shop", "--upstream", "voyado"], database: 8)
         #expect(dropped.status == 0 && dropped.stdout.hasSuffix("1 dropped\n"), "\(dropped.stdout)\(dropped.stderr)")
@@ -349,8 +355,7 @@ extension OutboxProcessTests {
     /// leaves the entry; sealed entries are named by id as not opened (list, replay) and can be
     /// dropped. Each run that could not handle an entry exits 1.
     @Test func withoutAPolicySealedOrUnplacedEntriesAreNamedById() async throws {
-        try await Self.flush(database: 9)
-        let client = RedisClientFactory.make(database: 9)
+        let client = try await Self.emptied(database: 9)
         defer { client.close() }
         let sealer = try EncryptionAtRestTests.sealer(EncryptionAtRestTests.storeKey)
         let plainToken = "fcm-" + UUID().uuidString, sealedToken = "fcm-" + UUID().uuidString

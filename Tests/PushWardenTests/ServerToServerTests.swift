@@ -351,15 +351,21 @@ import Testing
         ("TEST_ADMIN_TOKEN_UNSET", "test.yaml:3:10: admin.token: secret env:TEST_ADMIN_TOKEN_UNSET: not provided"),
     ])
     func aTokenThatCannotServeStopsTheStart(_ name: String, _ expected: String) throws {
-        let policy = try AdminHarness.policy(app: "shop", adminBlock: "admin:\n  token: {env: \(name)}\n")
+        let refusal = try #require(Self.startRefusal(try AdminHarness.policy(app: "shop", adminBlock: "admin:\n  token: {env: \(name)}\n")),
+                                   "started with \(name)")
+        #expect(refusal == expected)
+        for value in AdminHarness.secrets.values { #expect(!refusal.contains(String(decoding: value, as: UTF8.self))) }
+    }
+
+    /// Why a sidecar on `policy` refuses to start, or nil when it started (it is stopped again).
+    static func startRefusal(_ policy: Policy) -> String? {
         do {
             let sidecar = try Sidecar(policy: policy, configuration: AdminHarness.configuration, logger: Logger(label: "t", level: .error, sink: .memory()),
                                       secrets: StaticSecrets(AdminHarness.secrets), store: MemoryStore(), administration: RecordingAdministration())
-            Issue.record("started with \(name)")
             Task { await sidecar.shutdown(gracePeriodSeconds: 0) }
+            return nil
         } catch {
-            #expect(error.description == expected)
-            for value in AdminHarness.secrets.values { #expect(!error.description.contains(String(decoding: value, as: UTF8.self))) }
+            return error.description
         }
     }
 
@@ -461,15 +467,8 @@ import Testing
 
     /// An app token that cannot serve stops the start, as the operator's does.
     @Test func aShortAppTokenStopsTheStart() throws {
-        let policy = try AdminHarness.tenants(shop: "TEST_ADMIN_TOKEN_SHORT")
-        do {
-            let sidecar = try Sidecar(policy: policy, configuration: AdminHarness.configuration, logger: Logger(label: "t", level: .error, sink: .memory()),
-                                      secrets: StaticSecrets(AdminHarness.secrets), store: MemoryStore(), administration: RecordingAdministration())
-            Issue.record("started with a short app token")
-            Task { await sidecar.shutdown(gracePeriodSeconds: 0) }
-        } catch {
-            #expect(error.description == "test.yaml:16:14: apps.shop.admin.token: the admin token from env:TEST_ADMIN_TOKEN_SHORT is 31 bytes; at least 32 are required (openssl rand -hex 32 makes one)")
-        }
+        #expect(Self.startRefusal(try AdminHarness.tenants(shop: "TEST_ADMIN_TOKEN_SHORT"))
+            == "test.yaml:16:14: apps.shop.admin.token: the admin token from env:TEST_ADMIN_TOKEN_SHORT is 31 bytes; at least 32 are required (openssl rand -hex 32 makes one)")
     }
 
     @Test func timestampsAreRFC3339UTC() {
@@ -667,20 +666,17 @@ final class AdminHarness: Sendable {
 /// also when `body` throws.
 func withAdminSidecar(_ administration: RecordingAdministration, adminBlock: Bool = true,
                       _ body: (AdminHarness) async throws -> Void) async throws {
-    let h = try await AdminHarness(administration: administration, adminBlock: adminBlock)
-    do {
-        try await body(h)
-    } catch {
-        await h.stop()
-        throw error
-    }
-    await h.stop()
+    try await running(try await AdminHarness(administration: administration, adminBlock: adminBlock), body)
 }
 
 /// Runs `body` against an `AdminHarness` serving `policy`, stopping it afterwards, also when
 /// `body` throws.
 func withTenantSidecar(_ administration: RecordingAdministration, policy: Policy, _ body: (AdminHarness) async throws -> Void) async throws {
-    let h = try AdminHarness(policy: policy, app: "shop", administration: administration)
+    try await running(try AdminHarness(policy: policy, app: "shop", administration: administration), body)
+}
+
+/// Runs `body` against `h` and stops it afterwards, also when `body` throws.
+private func running(_ h: AdminHarness, _ body: (AdminHarness) async throws -> Void) async throws {
     do {
         try await body(h)
     } catch {

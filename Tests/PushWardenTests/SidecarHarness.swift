@@ -98,6 +98,15 @@ final class SidecarHarness: Sendable {
         return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
     }
 
+    /// `method` on a contact's installations (the server-to-server API) with the operator token;
+    /// `contact` is the path segment, percent-encoded by the caller.
+    func installations(_ method: String, contact: String, token: String = ServerToServerTests.adminToken) async throws -> Harness.Reply {
+        let response = try await client.execute(HTTPClientRequest(
+            method: method, url: "http://127.0.0.1:\(sidecar.adminPort)/v1/apps/\(app)/contacts/\(contact)/installations",
+            headers: ["Authorization": "Bearer " + token], timeoutMillis: 10_000))
+        return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
+    }
+
     func admin(_ path: String) async throws -> Harness.Reply {
         let response = try await client.execute(HTTPClientRequest(method: "GET", url: "http://127.0.0.1:\(sidecar.adminPort)\(path)"))
         return Harness.Reply(status: response.status, headers: response.headers, body: response.body)
