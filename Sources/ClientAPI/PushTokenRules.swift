@@ -3,7 +3,7 @@ import PWPolicy
 
 /// The shape rules for push tokens, per push service. Refusal messages describe the expected shape
 /// and never contain the token.
-enum PushTokenRules {
+package enum PushTokenRules {
     static let apnsMinLength = 64
     static let apnsMaxLength = 200
     static let fcmMinLength = 32
@@ -51,7 +51,7 @@ enum PushTokenRules {
     }
 
     /// `https://...`, `http:...` or anything with a `scheme://`: no provider token looks like this.
-    static func looksLikeURL(_ token: String) -> Bool {
+    package static func looksLikeURL(_ token: String) -> Bool {
         guard Text.hasASCIIPrefixIgnoringCase(token, "http:") || Text.hasASCIIPrefixIgnoringCase(token, "https:") else {
             return containsSchemeSeparator(token)
         }
@@ -77,10 +77,16 @@ enum PushTokenRules {
         ByteClass.isAlphanumeric(b) || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: ":") || b == UInt8(ascii: ".")
     }
 
-    /// Even-length hex of at least 64 characters: what every APNs device token looks like.
+    /// Even-length hex of 64 to 200 characters: what every APNs device token looks like.
     static func looksLikeAPNs(_ token: String) -> Bool {
+        token.utf8.count <= apnsMaxLength && isAPNsShaped(token)
+    }
+
+    /// Even-length hex of at least 64 characters, however long: the loose rule for a token
+    /// issued under older limits (an unregister).
+    package static func isAPNsShaped(_ token: String) -> Bool {
         let n = token.utf8.count
-        return n >= apnsMinLength && n <= apnsMaxLength && n % 2 == 0 && Text.all(token, in: Text.isHexDigit)
+        return n >= apnsMinLength && n % 2 == 0 && Text.all(token, in: Text.isHexDigit)
     }
 
     /// Validates a registration token for `service` and returns it normalised.

@@ -421,4 +421,18 @@ public enum ProviderConfig: Sendable, Equatable {
 
     /// The provider's name as written in the policy.
     public var kind: String { settings.providerName }
+
+    /// The provider whose requests and answers this upstream makes: a dry run's emulated one.
+    public var emulated: ProviderKind {
+        switch self {
+        case .voyado: return .voyado
+        case .voidhash: return .voidhash
+        case .fluxer: return .fluxer
+        case .nativeNotify: return .nativeNotify
+        case .pushNotice: return .pushNotice
+        case .dryRun(let c): return c.emulates
+        }
+    }
+
+    public var traits: ProviderTraits { emulated.traits }
 }

@@ -117,7 +117,7 @@ public enum PolicyExplainer {
         case .reject: out.append("      contact_id: refused outright")
         }
         out.append("    - POST \(base)/installations/unregister: push_token; forwarded to the upstreams the token was registered with")
-        let eventUpstreams = app.upstreams.filter { $0.provider.settings.takesEvents }.map { "'\($0.name)'" }
+        let eventUpstreams = app.upstreams.filter { $0.provider.traits.takesEvents }.map { "'\($0.name)'" }
         out.append("    - POST \(base)/events: up to \(client.maxEvents) events of \(eventFields.joined(separator: ", ")); "
                    + (eventUpstreams.isEmpty ? "no upstream takes events: accepted and dropped" : "forwarded to upstream(s) \(eventUpstreams.joined(separator: ", "))"))
         switch client.unknownFields {

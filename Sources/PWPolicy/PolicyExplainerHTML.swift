@@ -310,7 +310,8 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line("\(settings.providerName), \(upstream.role.rawValue), \(upstream.delivery.rawValue)"))
         lines.append(Box.Line("receives:", "strong"))
         lines.append(Box.Line("  registrations and unregisters (the client's fields, in the provider's shape)"))
-        lines.append(Box.Line(settings.takesEvents ? "  events" : "  no events", settings.takesEvents ? "" : "muted"))
+        let takesEvents = upstream.provider.traits.takesEvents
+        lines.append(Box.Line(takesEvents ? "  events" : "  no events", takesEvents ? "" : "muted"))
         for value in settings.injected { lines.append(Box.Line("  + " + value)) }
         if settings.endpoint != nil {
             lines.append(Box.Line("timeout \(Values.formatMillis(upstream.timeoutMillis)), \(upstream.retry.attempts) attempt(s); circuit opens after "
@@ -320,20 +321,11 @@ public enum PolicyExplainerHTML {
         return Box(title: "'\(upstream.name)'" + (host.map { " → \($0)" } ?? " (dry run)"), lines: lines, kind: upstream.role == .primary ? "upstream" : "upstream shadow")
     }
 
-    /// Whether the provider hands back an identity PushWarden keeps (README's provider table).
-    static func keepsIdentity(_ provider: ProviderConfig) -> Bool {
-        switch provider {
-        case .voidhash, .fluxer, .nativeNotify: return true
-        case .voyado, .pushNotice: return false
-        case .dryRun(let config): return ["voidhash", "fluxer", "nativenotify"].contains(config.emulates)
-        }
-    }
-
     static func storageBox(_ app: AppPolicy, store: StorePolicy?) -> Box {
         let names = app.upstreams.map { "'\($0.name)'" }.joined(separator: ", ")
         var lines = [Box.Line("dedupe entries (fingerprint per upstream and push token) for \(names):", "strong"),
                      Box.Line("  kept \(duration(seconds: app.dedupe.refreshAfterSeconds)) (dedupe.refresh_after)")]
-        let identities = app.upstreams.filter { keepsIdentity($0.provider) }
+        let identities = app.upstreams.filter { $0.provider.traits.keepsIdentity }
         lines.append(Box.Line("identities the provider handed back:", "strong"))
         if identities.isEmpty {
             lines.append(Box.Line("  none kept for this app's upstreams"))

@@ -652,9 +652,8 @@ struct PolicyReader {
         var delivery: UpstreamPolicy.Delivery? = .sync
         if let node = fields["delivery"] {
             delivery = checker.choice(node, fields.at("delivery"), ["sync", "queued"]).flatMap(UpstreamPolicy.Delivery.init)
-            if delivery == .queued, providerName == "fluxer" {
-                // Every Fluxer call carries the user's own session, which PushWarden never stores.
-                checker.report(node.mark, fields.at("delivery"), "fluxer takes the user's own session, which PushWarden never stores: delivery must be sync")
+            if delivery == .queued, let name = providerName, let kind = ProviderKind(rawValue: name), kind.traits.needsCallerCredential {
+                checker.report(node.mark, fields.at("delivery"), "\(name) takes the user's own session, which PushWarden never stores: delivery must be sync")
                 delivery = nil
             }
         }

@@ -126,12 +126,8 @@ func serve(_ arguments: ArraySlice<String>) async -> Never {
         configuration.shutdownGraceSeconds = seconds
     }
 
-    // glibc gives every thread that allocates an arena of its own, up to 8 per core. The event
-    // loops do nearly all the allocating, so each needs one: two shared arenas made the loops
-    // wait on each other's malloc lock (futex waits were ~14% of a forwarded request's CPU).
-    // The rest (main, admin, curl and Redis pool threads, the Swift pool) allocate little; the cap
-    // leaves them room without one arena per idle thread on large machines. Resident memory with
-    // 1,000 connections measured the same with 2, 3 and 8 arenas (52.5-52.8 MiB).
+    // One malloc arena per event loop (they do nearly all the allocating, and shared arenas make
+    // them wait on each other's lock), plus room for the threads that allocate little.
     let loops = configuration.threads > 0 ? configuration.threads : max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     _ = pw_limit_malloc_arenas(Int32(loops + 8))
     var policyKey: Ed25519PublicKey?

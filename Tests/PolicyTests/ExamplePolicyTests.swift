@@ -27,7 +27,7 @@ func packageRoot(_ file: String = #filePath) -> URL {
                                            ], maxInstallations: 20))
         #expect(app.dedupe.refreshAfterSeconds == 7 * 86_400)
         #expect(app.inventory.expireAfterMillis == 270 * 86_400_000)
-        #expect(app.upstreams == [UpstreamPolicy(name: "voyado", provider: .dryRun(DryRunConfig(emulates: "voyado")),
+        #expect(app.upstreams == [UpstreamPolicy(name: "voyado", provider: .dryRun(DryRunConfig(emulates: .voyado)),
                                                  role: .primary, delivery: .sync, timeoutMillis: 2000,
                                                  retry: RetryPolicy(attempts: 3, backoffMillis: 200, maxBackoffMillis: 2000))])
         #expect(app.primary?.name == "voyado")

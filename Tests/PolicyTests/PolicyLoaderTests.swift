@@ -24,27 +24,27 @@ import Testing
         #expect(app.client == ClientPolicy(platforms: [.ios], contactID: .verify, unknownFields: .reject,
                                            maxBody: 16 * 1024, maxEvents: 100, rateLimits: [:]))
         #expect(app.dedupe == DedupePolicy(refreshAfterSeconds: 7 * 86_400))
-        #expect(app.upstreams == [UpstreamPolicy(name: "up", provider: .dryRun(DryRunConfig(emulates: "voyado")),
+        #expect(app.upstreams == [UpstreamPolicy(name: "up", provider: .dryRun(DryRunConfig(emulates: .voyado)),
                                                  role: .primary, delivery: .sync, timeoutMillis: 2000,
                                                  retry: RetryPolicy(attempts: 3, backoffMillis: 200, maxBackoffMillis: 2000))])
     }
 
     /// A dry run emulating each provider takes that provider's policy-only settings, with defaults.
     @Test(arguments: [
-        ("voyado", "", DryRunConfig(emulates: "voyado"), true),
-        ("voidhash", "", DryRunConfig(emulates: "voidhash", iosBundleID: "dev.pushwarden.dryrun", androidPackageName: "dev.pushwarden.dryrun"), false),
-        ("voidhash", "        ios_bundle_id: com.example.app\n", DryRunConfig(emulates: "voidhash", iosBundleID: "com.example.app"), false),
-        ("fluxer", "", DryRunConfig(emulates: "fluxer", sessionHeader: "X-Fluxer-Session"), false),
-        ("fluxer", "        session_header: X-Session\n", DryRunConfig(emulates: "fluxer", sessionHeader: "X-Session"), false),
-        ("nativenotify", "", DryRunConfig(emulates: "nativenotify"), false),
-        ("pushnotice", "", DryRunConfig(emulates: "pushnotice", slug: "dry-run"), false),
-        ("pushnotice", "        slug: shop\n", DryRunConfig(emulates: "pushnotice", slug: "shop"), false),
+        ("voyado", "", DryRunConfig(emulates: .voyado), true),
+        ("voidhash", "", DryRunConfig(emulates: .voidhash, iosBundleID: "dev.pushwarden.dryrun", androidPackageName: "dev.pushwarden.dryrun"), false),
+        ("voidhash", "        ios_bundle_id: com.example.app\n", DryRunConfig(emulates: .voidhash, iosBundleID: "com.example.app"), false),
+        ("fluxer", "", DryRunConfig(emulates: .fluxer, sessionHeader: "X-Fluxer-Session"), false),
+        ("fluxer", "        session_header: X-Session\n", DryRunConfig(emulates: .fluxer, sessionHeader: "X-Session"), false),
+        ("nativenotify", "", DryRunConfig(emulates: .nativeNotify), false),
+        ("pushnotice", "", DryRunConfig(emulates: .pushNotice, slug: "dry-run"), false),
+        ("pushnotice", "        slug: shop\n", DryRunConfig(emulates: .pushNotice, slug: "shop"), false),
     ])
     func dryRunEmulatesEachProvider(_ emulates: String, _ keys: String, _ expected: DryRunConfig, _ takesEvents: Bool) throws {
         let text = minimalPolicy + "        emulates: \(emulates)\n" + keys
         let provider = try PolicyLoader.load(text: text, path: "t.yaml").get().apps[0].upstreams[0].provider
         #expect(provider == .dryRun(expected))
-        #expect(provider.settings.takesEvents == takesEvents)
+        #expect(provider.traits.takesEvents == takesEvents)
         #expect(provider.settings.endpoint == nil)
         #expect(provider.settings.secrets.isEmpty)
     }

@@ -123,7 +123,7 @@ import Testing
 
     /// Voidhash hands back one id per token, the same one for the same token; refresh keeps it.
     @Test func aVoidhashDryRunHandsBackAnIdPerToken() {
-        let adapter = ProviderFactory.dryRunAdapter(name: "dry", DryRunConfig(emulates: "voidhash", iosBundleID: "a.b", androidPackageName: "a.c"))
+        let adapter = ProviderFactory.dryRunAdapter(name: "dry", DryRunConfig(emulates: .voidhash, iosBundleID: "a.b", androidPackageName: "a.c"))
         func id(_ body: String, _ path: String = "register") -> String? {
             let answer = adapter.emulatedResponse(to: HTTPClientRequest(method: "POST", url: "https://dry-run.invalid/api/v1/sdk/push-devices/\(path)",
                                                                         body: Array(body.utf8)))

@@ -466,7 +466,7 @@ import Testing
                                                  secrets: [.env("VOYADO_KEY"): "vk", .env("PW_STORE_KEY"): bad], topLevel: Self.storeBlock())
                 await h.stop()
                 Issue.record("started with a bad store key")
-            } catch let error as StartupError {
+            } catch let error as ConfigurationError {
                 #expect(error.description.contains("store.encryption_key: secret env:PW_STORE_KEY: must be 32 bytes in base64"), "\(error)")
                 #expect(!error.description.contains(bad))
             }

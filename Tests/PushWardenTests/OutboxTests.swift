@@ -333,7 +333,7 @@ import Testing
 
     @Test func queuedWithoutRedisIsRefusedAtStart() async throws {
         let mock = try MockVoyado(apiKey: "vk")
-        await #expect(throws: StartupError.self) {
+        await #expect(throws: ConfigurationError.self) {
             _ = try await SidecarHarness(upstreams: Self.voyado(mock), secrets: [.env("VOYADO_KEY"): "vk"], memoryStore: true)
         }
         await mock.stop()

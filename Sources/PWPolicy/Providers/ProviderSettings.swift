@@ -12,12 +12,6 @@ public protocol ProviderSettings: Sendable {
     var injected: [String] { get }
     /// Secrets referenced, by name only, with what each is for.
     var secrets: [SecretUse] { get }
-    /// Whether engagement events are forwarded to this provider.
-    var takesEvents: Bool { get }
-}
-
-extension ProviderSettings {
-    public var takesEvents: Bool { false }
 }
 
 public struct SecretUse: Sendable, Equatable {

@@ -18,7 +18,6 @@ public struct VoyadoConfig: Sendable, Equatable, ProviderSettings {
         ["Authorization: Bearer <PublicApiKey from \(apiKey)>", "contact_id: the session's contact"]
     }
     public var secrets: [SecretUse] { [SecretUse(apiKey, "API key")] }
-    public var takesEvents: Bool { true }
 }
 
 extension PolicyReader {

@@ -15,13 +15,13 @@ public enum AuditVerification {
 
     /// `pushwarden audit verify`: one line per trail and per finding; true when every trail is
     /// intact (and at least one was found).
-    public static func run(redisURL: String, publicKeyPEMs: [[UInt8]], apps: [String], write: (String) -> Void) async throws(StartupError) -> Bool {
+    public static func run(redisURL: String, publicKeyPEMs: [[UInt8]], apps: [String], write: (String) -> Void) async throws(ConfigurationError) -> Bool {
         var keys: [Ed25519PublicKey] = []
         for pem in publicKeyPEMs {
             do {
                 keys.append(try Ed25519PublicKey(pem: pem))
             } catch {
-                throw StartupError("an audit key is not a PEM Ed25519 public key (openssl pkey -pubout makes one)")
+                throw ConfigurationError("an audit key is not a PEM Ed25519 public key (openssl pkey -pubout makes one)")
             }
         }
         let client = try RedisClient.forCommand(redisURL)
@@ -30,7 +30,7 @@ public enum AuditVerification {
         do {
             reports = try await verify(redis: client, keys: keys, apps: apps)
         } catch {
-            throw StartupError("redis: \(error.detail)")
+            throw ConfigurationError("redis: \(error.detail)")
         }
         if reports.isEmpty { write("no evidence trail found") }
         for report in reports {

@@ -118,7 +118,7 @@ extension Registrar {
     /// claimed, leaves it to the other (nil).
     func retire(_ kept: Inventory.Kept, contact: ContactKeys, origin: Origin, reason: Removal) async -> [(String, UpstreamOutcome)]? {
         let claim = contact.removalClaim(of: kept.stored.token)
-        let owner = LockOwner.next()
+        let owner = ProcessUnique.next()
         // Long enough for every upstream's whole budget, so a claim outlives the calls it guards.
         let claimMillis = origin.app.upstreams.map(\.budgetMillis).reduce(5_000, +)
         var claimed = false

@@ -4,18 +4,14 @@ import Synchronization
 /// When this process last wrote each installation's last-seen time, so that a dedupe hit writes
 /// it at most once per interval (contract section 8).
 ///
-/// Keyed by a 64-bit hash of the registration's fingerprint, with the monotonic time of the last
-/// write: 16 bytes an entry (keyed by the fingerprint's text it held ~110 bytes an entry, ~22 MiB
-/// that the sidecar's RSS carried after a registration storm). Bounded: emptied when it reaches
-/// `capacity` entries, which at worst costs one more write per installation. Two installations
-/// whose hashes collide share one time: one may see its last-seen refreshed up to one interval
-/// later, never expired early by it (a write it skips is at most one interval late, and the
-/// interval is a tenth of `expire_after`).
+/// Keyed by a 64-bit hash of the registration's fingerprint, not its text, so a registration storm
+/// leaves little resident. Bounded: emptied when it reaches `capacity` entries, which at worst
+/// costs one more write per installation. Two installations whose hashes collide share one time:
+/// one may see its last-seen refreshed up to one interval later, never expired early by it (a
+/// write it skips is at most one interval late, and the interval is a tenth of `expire_after`).
 ///
-/// Not a fixed table of tagged slots: one of 65,536 (1 MiB) was tried and measured (2026-12-04):
-/// once the installations seen in an interval outnumber the slots, a hit finds its slot taken
-/// and writes the installation's record again off the answer's path, and P1 fell from 0.61-0.65
-/// to 0.47-0.40 of its floor in the full benchmark, whose rows register ~150,000 installations.
+/// A dictionary, not a fixed table of slots: once the installations of an interval outnumber the
+/// slots, every hit writes again (BENCHMARKS.md, "Where the figures in comments went").
 ///
 /// Thread-safety: one lock; the loops read the clock before taking it, so a time handed in may
 /// be earlier than the one another thread just wrote (compared, never subtracted).

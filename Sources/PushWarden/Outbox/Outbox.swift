@@ -26,7 +26,7 @@ final class Outbox: Sendable {
         policy.apps.flatMap { app in
             app.upstreams.compactMap { upstream -> OutboxStreams.Upstream? in
                 let config: DryRunConfig
-                if case .dryRun(let given) = upstream.provider { config = given } else { config = DryRunConfig(emulates: upstream.provider.kind) }
+                if case .dryRun(let given) = upstream.provider { config = given } else { config = DryRunConfig(emulates: upstream.provider.emulated) }
                 guard !ProviderFactory.dryRunAdapter(name: upstream.name, config).needsCallerCredential else { return nil }
                 return OutboxStreams.Upstream(app: app.id, upstream: upstream.name, shards: shards(for: upstream.delivery))
             }
@@ -41,7 +41,7 @@ final class Outbox: Sendable {
 
     init(client: RedisClient, apps: [AppRuntime], sealer: StoreSealer = .none) {
         streams = OutboxStreams(client: client, sealer: sealer)
-        consumer = "pw-" + LockOwner.next()
+        consumer = "pw-" + ProcessUnique.next()
         var signals: [String: OutboxSignal] = [:]
         var targets: [String: OutboxStreams.Upstream] = [:]
         for app in apps {

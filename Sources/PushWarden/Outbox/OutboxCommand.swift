@@ -18,11 +18,11 @@ import RedisClient
 /// The dead letter's own `shards` field is never trusted.
 extension RedisClient {
     /// The client a command (`outbox`, `audit verify`) talks to Redis through; close it when done.
-    static func forCommand(_ url: String) throws(StartupError) -> RedisClient {
+    static func forCommand(_ url: String) throws(ConfigurationError) -> RedisClient {
         do {
             return RedisClient(configuration: try RedisConfiguration(url: url))
         } catch {
-            throw StartupError("invalid Redis URL: \(error.detail)")
+            throw ConfigurationError("invalid Redis URL: \(error.detail)")
         }
     }
 }
@@ -42,7 +42,7 @@ public enum OutboxCommand {
     /// - Parameter policy: the policy the sidecars serve: where `replay` places entries. Without
     ///   it, the layout the running sidecars recorded.
     public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?, policy: Policy? = nil,
-                           sealer: StoreSealer = .none, write: (String) -> Void) async throws(StartupError) -> Report {
+                           sealer: StoreSealer = .none, write: (String) -> Void) async throws(ConfigurationError) -> Report {
         let client = try RedisClient.forCommand(redisURL)
         defer { client.close() }
         let streams = OutboxStreams(client: client, sealer: sealer)
@@ -53,7 +53,7 @@ public enum OutboxCommand {
             do {
                 letters = try await streams.deadLetters(of: target, count: 10_000)
             } catch {
-                throw StartupError("cannot read \(target.dead): \(error.detail)")
+                throw ConfigurationError("cannot read \(target.dead): \(error.detail)")
             }
             // Placement is decided once per stream, and only for a replay.
             var placement: Placement?
@@ -86,7 +86,7 @@ public enum OutboxCommand {
                         report.handled += 1
                     }
                 } catch {
-                    throw StartupError("\(action.rawValue) \(message.id): \(error.detail)")
+                    throw ConfigurationError("\(action.rawValue) \(message.id): \(error.detail)")
                 }
             }
         }
@@ -136,7 +136,7 @@ public enum OutboxCommand {
     /// The shards workers read for `target`: the policy's layout when given, else the one every
     /// running sidecar recorded.
     static func place(_ target: OutboxStreams.Upstream, policy: Policy?, records: [String],
-                      client: RedisClient) async throws(StartupError) -> Placement {
+                      client: RedisClient) async throws(ConfigurationError) -> Placement {
         let name = "\(target.app)/\(target.upstream)"
         if let policy {
             guard let layout = Outbox.targets(of: policy).first(where: { Pair($0) == Pair(target) }) else {
@@ -150,7 +150,7 @@ public enum OutboxCommand {
             do {
                 reply = try await client.send(["GET", key])
             } catch {
-                throw StartupError("cannot reach Redis: \(error.detail)")
+                throw ConfigurationError("cannot reach Redis: \(error.detail)")
             }
             // A record is a number from Redis: anything but a plausible shard count is no layout.
             guard let text = reply.string else { continue }  // expired since the scan
@@ -210,7 +210,7 @@ public enum OutboxCommand {
     /// Every dead-letter stream on this Redis, narrowed to `app` and `upstream`, and the layout
     /// records beside them (one SCAN: they share the `…:dead}` tag).
     private static func scan(_ client: RedisClient, app: String?,
-                             upstream: String?) async throws(StartupError) -> (dead: [OutboxStreams.Upstream], records: [Pair: [String]]) {
+                             upstream: String?) async throws(ConfigurationError) -> (dead: [OutboxStreams.Upstream], records: [Pair: [String]]) {
         let prefix = "pw:v2:{outbox:"
         var cursor = "0"
         var dead: [OutboxStreams.Upstream] = []
@@ -220,10 +220,10 @@ public enum OutboxCommand {
             do {
                 reply = try await client.send(["SCAN", cursor, "MATCH", prefix + "*:dead}:*", "COUNT", "1000"])
             } catch {
-                throw StartupError("cannot reach Redis: \(error.detail)")
+                throw ConfigurationError("cannot reach Redis: \(error.detail)")
             }
             guard case .array(let parts) = reply, parts.count == 2, let next = parts[0].string, case .array(let keys) = parts[1] else {
-                throw StartupError("unexpected SCAN reply")
+                throw ConfigurationError("unexpected SCAN reply")
             }
             cursor = next
             for key in keys.compactMap(\.string) where key.hasPrefix(prefix) {

@@ -103,7 +103,7 @@ struct OutboxStreams: Sendable {
         for shard in 0..<upstream.shards {
             do {
                 _ = try await send(["XGROUP", "CREATE", upstream.stream(shard), Self.group, "0", "MKSTREAM"])
-            } catch where error.kind == .refused && error.detail.contains("BUSYGROUP") {
+            } catch where error.kind == .alreadyExists {
                 continue  // another replica (or an earlier run) made it
             }
         }
@@ -256,11 +256,9 @@ struct OutboxStreams: Sendable {
         do {
             reply = try await client.send(arguments, on: loop)
         } catch {
-            throw StoreError(error.kind == .timeout ? .timeout : .unavailable, "redis \(error.kind): \(error.detail)")
+            throw StoreError(error)
         }
-        if case .error(let message) = reply {
-            throw StoreError(message.hasPrefix("NOSCRIPT") ? .missingScript : .refused, "redis error: \(message)")
-        }
+        if case .error(let message) = reply { throw StoreError(replied: message) }
         return reply
     }
 

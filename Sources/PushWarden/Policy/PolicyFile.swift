@@ -61,13 +61,13 @@ public enum PolicyFile {
     }
 
     /// Reads a PEM Ed25519 key file (`--key`, `--policy-key`); the reason when it cannot.
-    public static func publicKey(path: String) -> Result<Ed25519PublicKey, StartupError> {
-        guard let pem = readWholeFile(path) else { return .failure(StartupError("cannot read the policy key \(path): \(String(cString: strerror(errno)))")) }
+    public static func publicKey(path: String) -> Result<Ed25519PublicKey, ConfigurationError> {
+        guard let pem = readWholeFile(path) else { return .failure(ConfigurationError("cannot read the policy key \(path): \(String(cString: strerror(errno)))")) }
         do {
             let key = try Ed25519PublicKey(pem: pem)
             return .success(key)
         } catch {
-            return .failure(StartupError("the policy key \(path) is not a PEM Ed25519 public key (\(error.message))"))
+            return .failure(ConfigurationError("the policy key \(path) is not a PEM Ed25519 public key (\(error.message))"))
         }
     }
 }

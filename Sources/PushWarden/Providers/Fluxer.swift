@@ -34,8 +34,7 @@ import PWPolicy
 ///   `verdict(for:operation:)`.
 public struct FluxerAdapter: UpstreamAdapter {
     public let name: String
-    public let provider = "fluxer"
-    public let keepsIdentity = true
+    public let kind = ProviderKind.fluxer
     public let settingsDigest: String
     let config: FluxerConfig
     let registerURL: String
@@ -56,7 +55,6 @@ public struct FluxerAdapter: UpstreamAdapter {
     ]
 
     /// Every call carries the user's own Fluxer session: never queued.
-    public var needsCallerCredential: Bool { true }
 
     public init(name: String, config: FluxerConfig) {
         self.name = name
@@ -69,7 +67,7 @@ public struct FluxerAdapter: UpstreamAdapter {
     }
 
     /// Fluxer needs no server-held secret, so nothing is resolved.
-    static func make(name: String, config: FluxerConfig, secrets: SecretLookup) throws(StartupError) -> FluxerAdapter {
+    static func make(name: String, config: FluxerConfig, secrets: SecretLookup) throws(ConfigurationError) -> FluxerAdapter {
         FluxerAdapter(name: name, config: config)
     }
 

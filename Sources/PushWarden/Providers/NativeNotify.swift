@@ -24,8 +24,7 @@ import PWPolicy
 ///   `appId`/`appToken`. Only the codes of `documentedErrorCodes` are shown as they are.
 public struct NativeNotifyAdapter: UpstreamAdapter {
     public let name: String
-    public let provider = "nativenotify"
-    public let keepsIdentity = true
+    public let kind = ProviderKind.nativeNotify
     public let settingsDigest: String
     let config: NativeNotifyConfig
     let registerURL: String
@@ -64,10 +63,10 @@ public struct NativeNotifyAdapter: UpstreamAdapter {
         self.settingsDigest = [config.baseURL, String(config.appID), config.environment, config.framework ?? "-"].joined(separator: "\n")
     }
 
-    static func make(name: String, config: NativeNotifyConfig, secrets: SecretLookup) throws(StartupError) -> NativeNotifyAdapter {
+    static func make(name: String, config: NativeNotifyConfig, secrets: SecretLookup) throws(ConfigurationError) -> NativeNotifyAdapter {
         let token = try secrets(config.appToken)
         guard !token.isEmpty, token.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-            throw StartupError("app \(secrets.app): upstream \(name): the Native Notify appToken from \(config.appToken) must be printable ASCII without spaces")
+            throw ConfigurationError("app \(secrets.app): upstream \(name): the Native Notify appToken from \(config.appToken) must be printable ASCII without spaces")
         }
         return NativeNotifyAdapter(name: name, config: config, appToken: token)
     }
@@ -82,11 +81,8 @@ public struct NativeNotifyAdapter: UpstreamAdapter {
     /// Native Notify's own rules, so the client hears the contract's code and Native Notify never
     /// sees a request it would refuse.
     public func validate(_ installation: Installation, context: CallContext) throws(ContractError) {
+        // Expo tokens never get here: the client API refuses them first (`PushTokenRules.validate`).
         let token = installation.pushToken
-        if Self.isExpo(token) {
-            throw ContractError(.unsupportedTokenType, "Native Notify refuses Expo push tokens; send the device's native APNs or FCM token",
-                                field: "push_token")
-        }
         switch installation.pushService {
         case .apns, .fcm:
             if installation.isWebPushForm {
@@ -273,12 +269,6 @@ public struct NativeNotifyAdapter: UpstreamAdapter {
         guard let value else { return nil }
         let trimmed = value.trimmingSpaces()
         return trimmed.isEmpty ? nil : String(trimmed)
-    }
-
-    /// Expo's own tokens, which Native Notify refuses (`unsupported_token_type`).
-    static func isExpo(_ token: String) -> Bool {
-        let head = String(token.prefix(20)).lowercased()
-        return head.hasPrefix("exponentpushtoken[") || head.hasPrefix("expopushtoken[")
     }
 
     static func isHex(_ b: UInt8) -> Bool {

@@ -6,19 +6,18 @@ import PWPolicy
 /// Each provider's `make` lives in the provider's own file.
 enum ProviderFactory {
     static func make(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
-                     logger: Logger) throws(StartupError) -> (any UpstreamAdapter, any UpstreamTransport) {
+                     logger: Logger) throws(ConfigurationError) -> (any UpstreamAdapter, any UpstreamTransport) {
         let made = try adapter(upstream, app: app, secrets: secrets, network: network, logger: logger)
-        // One fact, read by `policy explain` and the request path alike: the settings' `takesEvents`.
-        // An adapter that could not build the call it promises is a defect, caught at start.
+        // An adapter that cannot build the calls its traits promise is a defect, caught at start.
         let buildsEvents = made.0.eventsRequest([], context: CallContext(contactID: "-")) != nil
-        guard buildsEvents == upstream.provider.settings.takesEvents else {
-            throw StartupError("app \(app): upstream \(upstream.name): the \(upstream.provider.settings.providerName) adapter and its settings disagree on events")
+        guard buildsEvents == upstream.provider.traits.takesEvents, made.0.kind == upstream.provider.emulated else {
+            throw ConfigurationError("app \(app): upstream \(upstream.name): the \(upstream.provider.settings.providerName) adapter and its provider's traits disagree")
         }
         return made
     }
 
     private static func adapter(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
-                                logger: Logger) throws(StartupError) -> (any UpstreamAdapter, any UpstreamTransport) {
+                                logger: Logger) throws(ConfigurationError) -> (any UpstreamAdapter, any UpstreamTransport) {
         let resolve = SecretLookup(app: app, upstream: upstream.name, secrets: secrets)
         switch upstream.provider {
         case .voyado(let config):
@@ -45,24 +44,24 @@ enum ProviderFactory {
         let base = "https://dry-run.invalid"
         let noSecret = SecretRef.env("-")
         switch config.emulates {
-        case "voidhash":
+        case .voidhash:
             return VoidhashAdapter(name: name,
                                    config: VoidhashConfig(baseURL: base, publishableKey: noSecret, iosBundleID: config.iosBundleID,
                                                           androidPackageName: config.androidPackageName, sdkVersion: "0.0.0-dryrun",
                                                           debugBuild: true),
                                    publishableKey: "vh_pk_test_dryrun")
-        case "fluxer":
+        case .fluxer:
             return FluxerAdapter(name: name, config: FluxerConfig(baseURL: base,
                                                                   sessionHeader: config.sessionHeader ?? DryRunConfig.defaultSessionHeader))
-        case "nativenotify":
+        case .nativeNotify:
             return NativeNotifyAdapter(name: name, config: NativeNotifyConfig(baseURL: base, appID: 1, appToken: noSecret),
                                        appToken: Array("dry-run-app-token".utf8))
-        case "pushnotice":
+        case .pushNotice:
             return PushNoticeAdapter(name: name, config: PushNoticeConfig(baseURL: base, slug: config.slug ?? DryRunConfig.defaultSlug,
                                                                           apiKey: noSecret),
                                      apiKey: Array("pnp_dryrun".utf8))
-        default:
-            return VoyadoAdapter(name: name, config: VoyadoConfig(basePath: "\(base)/\(config.emulates)", apiKey: noSecret),
+        case .voyado:
+            return VoyadoAdapter(name: name, config: VoyadoConfig(basePath: "\(base)/\(config.emulates.rawValue)", apiKey: noSecret),
                                  apiKey: Array("dry-run".utf8))
         }
     }
@@ -74,11 +73,11 @@ struct SecretLookup {
     let upstream: String
     let secrets: any SecretResolving
 
-    func callAsFunction(_ ref: SecretRef) throws(StartupError) -> [UInt8] {
+    func callAsFunction(_ ref: SecretRef) throws(ConfigurationError) -> [UInt8] {
         do {
             return try secrets.resolve(ref)
         } catch {
-            throw StartupError("app \(app): upstream \(upstream): \(error)")
+            throw ConfigurationError("app \(app): upstream \(upstream): \(error)")
         }
     }
 }

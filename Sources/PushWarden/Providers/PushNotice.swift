@@ -22,7 +22,7 @@ import PWPolicy
 /// - Contact ids, `os_version` and `timezone` are not sent: PushNotice does not take them.
 public struct PushNoticeAdapter: UpstreamAdapter {
     public let name: String
-    public let provider = "pushnotice"
+    public let kind = ProviderKind.pushNotice
     public let settingsDigest: String
     let subscribersURL: String
     let groups: [String]
@@ -47,11 +47,11 @@ public struct PushNoticeAdapter: UpstreamAdapter {
     /// for another provider, or one with a stray space or newline, stops the sidecar at start-up
     /// rather than turning every call into a 401.
     ///
-    /// - Throws: a `StartupError` naming the secret reference, never its value.
-    static func make(name: String, config: PushNoticeConfig, secrets: SecretLookup) throws(StartupError) -> PushNoticeAdapter {
+    /// - Throws: a `ConfigurationError` naming the secret reference, never its value.
+    static func make(name: String, config: PushNoticeConfig, secrets: SecretLookup) throws(ConfigurationError) -> PushNoticeAdapter {
         let key = try secrets(config.apiKey)
         guard isAPIKey(key) else {
-            throw StartupError("app \(secrets.app): upstream \(secrets.upstream): secret \(config.apiKey) is not a PushNotice API key (expected pnp_ followed by the key, no spaces)")
+            throw ConfigurationError("app \(secrets.app): upstream \(secrets.upstream): secret \(config.apiKey) is not a PushNotice API key (expected pnp_ followed by the key, no spaces)")
         }
         return PushNoticeAdapter(name: name, config: config, apiKey: key)
     }
@@ -113,11 +113,7 @@ public struct PushNoticeAdapter: UpstreamAdapter {
     /// A URL, or even-length hex of 64+ characters (an APNs device token): FCM registration
     /// tokens are neither.
     static func cannotBeFCM(_ token: String) -> Bool {
-        if token.contains("://") || token.hasPrefix("http:") || token.hasPrefix("https:") { return true }
-        let n = token.utf8.count
-        return n >= 64 && n % 2 == 0 && token.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
-        }
+        PushTokenRules.looksLikeURL(token) || PushTokenRules.isAPNsShaped(token)
     }
 
     /// The error code of a refusal: `{"error": {"code": "..."}}`, or `{"error": "..."}` /

@@ -24,8 +24,7 @@ import PWPolicy
 ///   document names it (`documentedErrorCodes`), else as `unknown:<hash>` (`UpstreamErrorCode`).
 public struct VoidhashAdapter: UpstreamAdapter {
     public let name: String
-    public let provider = "voidhash"
-    public let keepsIdentity = true
+    public let kind = ProviderKind.voidhash
     public let settingsDigest: String
     let config: VoidhashConfig
     let publishableKey: String
@@ -52,15 +51,15 @@ public struct VoidhashAdapter: UpstreamAdapter {
 
     /// Refuses a key that could not be a header value, or whose kind contradicts `debug_build`
     /// (the document pairs `vh_pk_test_...` keys with debug builds). Never echoes the key.
-    static func make(name: String, config: VoidhashConfig, secrets: SecretLookup) throws(StartupError) -> VoidhashAdapter {
+    static func make(name: String, config: VoidhashConfig, secrets: SecretLookup) throws(ConfigurationError) -> VoidhashAdapter {
         let raw = try secrets(config.publishableKey)
         guard let key = String(validating: raw, as: UTF8.self), !key.isEmpty, key.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }),
               key.hasPrefix("vh_pk_") else {
-            throw StartupError("upstream \(name): the publishable key from \(config.publishableKey) is not a Voidhash publishable key (vh_pk_...)")
+            throw ConfigurationError("upstream \(name): the publishable key from \(config.publishableKey) is not a Voidhash publishable key (vh_pk_...)")
         }
         let isTestKey = key.hasPrefix("vh_pk_test_")
         guard isTestKey == config.debugBuild else {
-            throw StartupError("upstream \(name): the publishable key from \(config.publishableKey) is a \(isTestKey ? "test" : "live") key "
+            throw ConfigurationError("upstream \(name): the publishable key from \(config.publishableKey) is a \(isTestKey ? "test" : "live") key "
                 + "but debug_build is \(config.debugBuild); Voidhash pairs vh_pk_test_ keys with debug builds")
         }
         return VoidhashAdapter(name: name, config: config, publishableKey: key)

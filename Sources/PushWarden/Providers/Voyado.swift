@@ -17,7 +17,7 @@ import PWPolicy
 /// - A rotation registers the new token and unregisters the old one (the default retirement).
 public struct VoyadoAdapter: UpstreamAdapter {
     public let name: String
-    public let provider = "voyado"
+    public let kind = ProviderKind.voyado
     public let settingsDigest: String
     let basePath: String
     let authorization: String

@@ -9,7 +9,6 @@ import PWCore
 struct AdminHandler: AsyncHTTPHandler {
     let metrics: Metrics
     let store: any DedupeStore
-    let policyLoaded: Bool
     let contacts: ContactRoutes
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision {
@@ -44,12 +43,12 @@ struct AdminHandler: AsyncHTTPHandler {
         case "/healthz":
             return Responses.json(200, .object(JSONObject([JSONMember("status", "ok")])), requestID: requestID)
         case "/readyz":
-            let storeUp = await store.isReachable()
-            let ready = storeUp && policyLoaded
+            // A sidecar listens only once its policy is in force: only the store can be missing.
+            let ready = await store.isReachable()
             let body = JSONObject([
                 JSONMember("status", .string(ready ? "ready" : "not_ready")),
-                JSONMember("policy", .string(policyLoaded ? "loaded" : "missing")),
-                JSONMember("store", .string(storeUp ? "reachable" : "unreachable")),
+                JSONMember("policy", "loaded"),
+                JSONMember("store", .string(ready ? "reachable" : "unreachable")),
                 JSONMember("store_kind", .string(store.kind)),
             ])
             return Responses.json(ready ? 200 : 503, .object(body), requestID: requestID)

@@ -69,22 +69,22 @@ struct AdminTokens: Sendable {
     /// be read, is too short, or has the value of another token of the policy (two tenants, or a
     /// tenant and the operator, sharing one credential) is refused as a diagnostic at the token's
     /// place (file, line, column), naming references, never values.
-    static func resolve(_ policy: Policy, secrets: any SecretResolving) throws(StartupError) -> AdminTokens {
+    static func resolve(_ policy: Policy, secrets: any SecretResolving) throws(ConfigurationError) -> AdminTokens {
         var read: [(path: String, token: AdminToken)] = []
-        func load(_ admin: AdminPolicy, at path: String) throws(StartupError) -> AdminToken {
+        func load(_ admin: AdminPolicy, at path: String) throws(ConfigurationError) -> AdminToken {
             let value: [UInt8]
             do {
                 value = try secrets.resolve(admin.token)
             } catch {
-                throw StartupError(policy.diagnostic(at: path, error.description).description)
+                throw ConfigurationError(policy.diagnostic(at: path, error.description).description)
             }
             if let problem = admin.problem(with: value) {
-                throw StartupError(policy.diagnostic(at: path, problem).description)
+                throw ConfigurationError(policy.diagnostic(at: path, problem).description)
             }
             let token = AdminToken(reference: admin.token, value: value)
             // Start-up only: whether this comparison is constant-time tells a caller nothing.
             if let earlier = read.first(where: { $0.token.digest == token.digest }) {
-                throw StartupError(policy.diagnostic(at: path, "the admin token from \(admin.token) has the same value as the one from "
+                throw ConfigurationError(policy.diagnostic(at: path, "the admin token from \(admin.token) has the same value as the one from "
                     + "\(earlier.token.reference) (\(earlier.path)): every app needs a token of its own, other than the operator's").description)
             }
             read.append((path, token))

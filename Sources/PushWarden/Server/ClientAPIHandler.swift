@@ -354,17 +354,11 @@ public final class ClientAPIHandler: HTTPHandler {
     }
 }
 
-/// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one:
-/// a random per-process prefix and a counter, unique without a call into the random generator
-/// on every request.
+/// `X-Request-Id`: the caller's when it is sane (1 to 128 of `[A-Za-z0-9._:-]`), else a fresh one.
 enum RequestID {
-    private static let prefix = Base64URL.encode(SecureRandom.bytes(9))
-    private static let counter = Atomic<UInt64>(0)
-
     static func from(_ headers: HTTPHeaders) -> String {
         if let given = headers["X-Request-Id"], isSane(given) { return given }
-        let n = counter.wrappingAdd(1, ordering: .relaxed).newValue
-        return prefix + "-" + String(n, radix: 36)
+        return ProcessUnique.next()
     }
 
     static func isSane(_ value: String) -> Bool {

@@ -6,15 +6,15 @@ import SessionAuth
 /// use an HMAC secret: a production app verifying RS256/ES256 keys has no signing key here.
 public enum DevToken {
     public static func mint(session: SessionPolicy, contactID: String, ttlSeconds: Int,
-                            secrets: some SecretResolving = SecretResolver(), clock: some WallClock = SystemClock()) throws(StartupError) -> String {
+                            secrets: some SecretResolving = SecretResolver(), clock: some WallClock = SystemClock()) throws(ConfigurationError) -> String {
         guard case .hmacSecret(let ref) = session.keys, session.algorithms.contains(.hs256) else {
-            throw StartupError("dev-token works only for apps whose session uses hmac_secret with HS256")
+            throw ConfigurationError("dev-token works only for apps whose session uses hmac_secret with HS256")
         }
         let secret: [UInt8]
         do {
             secret = try secrets.resolve(ref)
         } catch {
-            throw StartupError(error.description)
+            throw ConfigurationError(error.description)
         }
         let now = Int(clock.now())
         var claims = JSONObject([

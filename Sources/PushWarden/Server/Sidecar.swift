@@ -62,12 +62,6 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
     public var description: String { Authority.format(host: host, port: port) }
 }
 
-/// Why the sidecar cannot start: the message is for the operator and never holds a secret.
-public struct StartupError: Error, Sendable, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}
-
 /// The running sidecar: the client listener, the admin listener, the store and the upstream client.
 ///
 /// The apps it serves can be replaced while it runs (`reload`); nothing else can.
@@ -111,7 +105,7 @@ public final class Sidecar: Sendable {
         let serials: any PolicySerialRecord
 
         init(configuration: ServeConfiguration, logger: Logger, secrets: any SecretResolving, store: (any DedupeStore)?,
-             transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming, clock: any WallClock) throws(StartupError) {
+             transport: (any UpstreamTransport)?, jwksTiming: JWKSTiming, clock: any WallClock) throws(ConfigurationError) {
             if let store {
                 self.store = store
                 redis = nil
@@ -120,7 +114,7 @@ public final class Sidecar: Sendable {
                 do {
                     redisConfiguration = try RedisConfiguration(url: url)
                 } catch {
-                    throw StartupError("invalid Redis URL: \(error.detail)")
+                    throw ConfigurationError("invalid Redis URL: \(error.detail)")
                 }
                 let client = RedisClient(configuration: redisConfiguration)
                 redis = client
@@ -147,7 +141,7 @@ public final class Sidecar: Sendable {
                     httpClient = client
                     network = client
                 } catch {
-                    throw StartupError("cannot start the upstream HTTP client: \(error.detail)")
+                    throw ConfigurationError("cannot start the upstream HTTP client: \(error.detail)")
                 }
             }
             builder = AppBuilder(secrets: secrets, network: network, metrics: Metrics(), logger: logger, jwksTiming: jwksTiming,
@@ -164,7 +158,7 @@ public final class Sidecar: Sendable {
     ///   - clock: the wall clock sessions are judged by (token `exp`, introspection cache; tests set it).
     public convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger,
                             secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
-                            transport: (any UpstreamTransport)? = nil, clock: any WallClock = SystemClock()) throws(StartupError) {
+                            transport: (any UpstreamTransport)? = nil, clock: any WallClock = SystemClock()) throws(ConfigurationError) {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
                               jwksTiming: JWKSTiming(), clock: clock)
         let apps = try parts.builder.buildOffline(policy)
@@ -175,7 +169,7 @@ public final class Sidecar: Sendable {
     /// As the public initializer, with `administration` standing in for the operations behind
     /// the server-to-server API (tests).
     convenience init(policy: Policy, configuration: ServeConfiguration, logger: Logger, secrets: some SecretResolving,
-                     store: (any DedupeStore)?, administration: any ContactAdministration) throws(StartupError) {
+                     store: (any DedupeStore)?, administration: any ContactAdministration) throws(ConfigurationError) {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: nil,
                               jwksTiming: JWKSTiming(), clock: SystemClock())
         let apps = try parts.builder.buildOffline(policy)
@@ -195,12 +189,12 @@ public final class Sidecar: Sendable {
     public static func start(policy: Policy, sha256: String? = nil, signed: Bool = false, configuration: ServeConfiguration, logger: Logger,
                              secrets: some SecretResolving = SecretResolver(), store: (any DedupeStore)? = nil,
                              transport: (any UpstreamTransport)? = nil, jwksTiming: JWKSTiming = JWKSTiming(),
-                             clock: any WallClock = SystemClock()) async throws(StartupError) -> Sidecar {
+                             clock: any WallClock = SystemClock()) async throws(ConfigurationError) -> Sidecar {
         let parts = try Parts(configuration: configuration, logger: logger, secrets: secrets, store: store, transport: transport,
                               jwksTiming: jwksTiming, clock: clock)
         let apps = try await parts.builder.build(policy)
         if signed {
-            do throws(StartupError) {
+            do throws(ConfigurationError) {
                 try await admitAtStart(policy, sha256: sha256, record: parts.serials, logger: logger)
             } catch {
                 parts.builder.shutdown()
@@ -215,7 +209,7 @@ public final class Sidecar: Sendable {
     /// - Parameter administration: stands in for the operations behind the server-to-server API
     ///   (tests); nil: the registrar's own (the inventory).
     private init(policy: Policy, sha256: String?, configuration: ServeConfiguration, logger: Logger, parts: Parts,
-                 apps: [String: AppRuntime], administration: (any ContactAdministration)?) throws(StartupError) {
+                 apps: [String: AppRuntime], administration: (any ContactAdministration)?) throws(ConfigurationError) {
         self.logger = logger
         self.metrics = parts.builder.metrics
         self.redis = parts.redis
@@ -230,7 +224,7 @@ public final class Sidecar: Sendable {
         let sealer: StoreSealer
         let adminTokens: AdminTokens
         let trail: AuditTrail?
-        do throws(StartupError) {
+        do throws(ConfigurationError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
             adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
@@ -268,17 +262,17 @@ public final class Sidecar: Sendable {
                 handler: handler)
         } catch {
             builder.shutdown()
-            throw StartupError("cannot listen on \(configuration.listen): \(error.message)")
+            throw ConfigurationError("cannot listen on \(configuration.listen): \(error.message)")
         }
         do {
             adminServer = try HTTPServer(
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
                                                        perAddressConnectionLimit: configuration.connectionsPerAddress,
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
-                handler: AdminHandler(metrics: metrics, store: chosenStore, policyLoaded: true, contacts: contactRoutes))
+                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes))
         } catch {
             builder.shutdown()
-            throw StartupError("cannot listen on \(configuration.admin) (admin): \(error.message)")
+            throw ConfigurationError("cannot listen on \(configuration.admin) (admin): \(error.message)")
         }
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
@@ -320,16 +314,16 @@ public final class Sidecar: Sendable {
         let adminTokens: AdminTokens
         let version = Self.version(of: policy, sha256: sha256)
         let trail: AuditTrail?
-        do throws(StartupError) {
+        do throws(ConfigurationError) {
             if signed {
-                guard let version else { throw StartupError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description) }
+                guard let version else { throw ConfigurationError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description) }
                 if let refusal = version.refusal(after: running.withLock({ $0 }), .running) {
-                    throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+                    throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
                 }
             }
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
-                throw StartupError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
+                throw ConfigurationError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
             adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
@@ -385,24 +379,24 @@ public final class Sidecar: Sendable {
     /// Records `version` as put in force, or says why the store refuses it (a higher serial was
     /// seen, or this one with other bytes), or that it could not answer: a signed policy is put
     /// in force only once the store has judged it.
-    private static func admit(_ version: PolicyVersion, policy: Policy, record: any PolicySerialRecord) async throws(StartupError) {
+    private static func admit(_ version: PolicyVersion, policy: Policy, record: any PolicySerialRecord) async throws(ConfigurationError) {
         let seen: PolicyVersion?
         do throws(StoreError) {
             seen = try await record.admit(version)
         } catch {
-            throw StartupError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has seen "
+            throw ConfigurationError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has seen "
                 + "(\(error.detail)): a signed policy is put in force only once it has").description)
         }
         if let refusal = version.refusal(after: seen, .store) {
-            throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+            throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
         }
     }
 
     /// `admit` at start, for up to 10 s while the store does not answer (a Redis starting beside
     /// the sidecar); a refusal is final at once.
-    private static func admitAtStart(_ policy: Policy, sha256: String?, record: any PolicySerialRecord, logger: Logger) async throws(StartupError) {
+    private static func admitAtStart(_ policy: Policy, sha256: String?, record: any PolicySerialRecord, logger: Logger) async throws(ConfigurationError) {
         guard let version = version(of: policy, sha256: sha256) else {
-            throw StartupError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description)
+            throw ConfigurationError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description)
         }
         let deadline = ContinuousClock.now + .seconds(10)
         while true {
@@ -411,7 +405,7 @@ public final class Sidecar: Sendable {
                 seen = try await record.admit(version)
             } catch {
                 guard error.kind == .unavailable || error.kind == .timeout, ContinuousClock.now < deadline else {
-                    throw StartupError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has "
+                    throw ConfigurationError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has "
                         + "seen (\(error.detail)): a signed policy is put in force only once it has").description)
                 }
                 logger.warning("waiting for the store to check the policy serial", [("detail", error.detail)])
@@ -419,17 +413,17 @@ public final class Sidecar: Sendable {
                 continue
             }
             if let refusal = version.refusal(after: seen, .store) {
-                throw StartupError(policy.diagnostic(at: "serial", refusal).description)
+                throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
             }
             return
         }
     }
 
     /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
-    private static func checkQueued(_ policy: Policy, hasOutbox: Bool) throws(StartupError) {
+    private static func checkQueued(_ policy: Policy, hasOutbox: Bool) throws(ConfigurationError) {
         let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
         guard queued.isEmpty || hasOutbox else {
-            throw StartupError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
+            throw ConfigurationError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
         }
     }
 
@@ -468,19 +462,15 @@ public final class Sidecar: Sendable {
     }
 
     /// Entries one shard reads at a time: an upstream's shards together hold at most twice as many
-    /// deliveries in flight as there are connections to its host. Each shard waits for its whole
-    /// batch before it reads again, so with only as many as the connections the connections sat
-    /// idle behind the slowest of each batch (drain 0.52x P2 where P2 was bound by its latency);
-    /// many more only wait inside the HTTP client (8 shards of 256, with every idle handle kept,
-    /// took RSS to 158 MiB).
+    /// deliveries in flight as there are connections to its host, because a shard waits for its
+    /// whole batch before it reads again (fewer leave connections idle behind the slowest call;
+    /// more only wait inside the HTTP client, holding memory).
     static func batch(inFlight: Int, shards: Int) -> Int {
         max(16, 2 * inFlight / max(1, shards))
     }
 
     /// Every 2 s, what the allocator holds free goes back to the system, so RSS falls back after a
-    /// burst instead of staying at its high-water mark (measured after the bench's P2 and outbox
-    /// rows: 77 MiB, 56 MiB once trimmed). Under load there is little to give back: `malloc_trim`
-    /// took under 0.01% of the samples of a P1 profile.
+    /// burst instead of staying at its high-water mark; under load there is little to give back.
     private static func startHeapTrim() -> Task<Void, Never> {
         Task.detached {
             while !Task.isCancelled {
@@ -499,21 +489,21 @@ public final class Sidecar: Sendable {
 
     /// The evidence trail `policy.audit` asks for: its signing key read and judged; Redis required
     /// (a trail in one process's memory would prove nothing).
-    static func auditTrail(_ policy: Policy, store: any DedupeStore, secrets: any SecretResolving) throws(StartupError) -> AuditTrail? {
+    static func auditTrail(_ policy: Policy, store: any DedupeStore, secrets: any SecretResolving) throws(ConfigurationError) -> AuditTrail? {
         guard let audit = policy.audit else { return nil }
         guard let redis = store as? RedisStore else {
-            throw StartupError(policy.diagnostic(at: "audit", "the evidence trail needs the Redis store: serve with --redis").description)
+            throw ConfigurationError(policy.diagnostic(at: "audit", "the evidence trail needs the Redis store: serve with --redis").description)
         }
         let pem: [UInt8]
         do {
             pem = try secrets.resolve(audit.signingKey)
         } catch {
-            throw StartupError(policy.diagnostic(at: "audit.signing_key", error.description).description)
+            throw ConfigurationError(policy.diagnostic(at: "audit.signing_key", error.description).description)
         }
         do {
             return AuditTrail(key: try Ed25519PrivateKey(pem: pem), store: redis)
         } catch {
-            throw StartupError(policy.diagnostic(at: "audit.signing_key",
+            throw ConfigurationError(policy.diagnostic(at: "audit.signing_key",
                                                  "the key from \(audit.signingKey) is not a PEM Ed25519 private key (openssl genpkey -algorithm ed25519)").description)
         }
     }
@@ -565,7 +555,7 @@ struct AppBuilder: Sendable {
     func shutdown() { identity.shutdown() }
 
     /// Every app of `policy`, each `jwks_url` fetched first.
-    func build(_ policy: Policy) async throws(StartupError) -> [String: AppRuntime] {
+    func build(_ policy: Policy) async throws(ConfigurationError) -> [String: AppRuntime] {
         var apps: [String: AppRuntime] = [:]
         for app in policy.apps {
             var fetched: JWKSFetch.Fetched?
@@ -579,7 +569,7 @@ struct AppBuilder: Sendable {
                     fetched = keys
                 case .failure(let failure):
                     guard let fallback = jwks.fallbackFile else {
-                        throw StartupError("app \(app.id): session jwks_url \(jwks.url): the first fetch failed (\(failure.detail)) and no jwks_file fallback is given")
+                        throw ConfigurationError("app \(app.id): session jwks_url \(jwks.url): the first fetch failed (\(failure.detail)) and no jwks_file fallback is given")
                     }
                     logger.warning("jwks_url unavailable; starting with the jwks_file fallback",
                                    [("app", app.id), ("url", jwks.url), ("jwks_file", fallback)])
@@ -591,18 +581,18 @@ struct AppBuilder: Sendable {
     }
 
     /// Every app of `policy` without network calls; a `jwks_url` is refused.
-    func buildOffline(_ policy: Policy) throws(StartupError) -> [String: AppRuntime] {
+    func buildOffline(_ policy: Policy) throws(ConfigurationError) -> [String: AppRuntime] {
         var apps: [String: AppRuntime] = [:]
         for app in policy.apps {
             if case .jwksURL? = app.session.jwt?.keys {
-                throw StartupError("app \(app.id): session jwks_url needs Sidecar.start, which fetches the keys before listening")
+                throw ConfigurationError("app \(app.id): session jwks_url needs Sidecar.start, which fetches the keys before listening")
             }
             apps[app.id] = try make(app, fetched: nil, client: nil)
         }
         return apps
     }
 
-    private func make(_ app: AppPolicy, fetched: JWKSFetch.Fetched?, client: HTTPClient?) throws(StartupError) -> AppRuntime {
+    private func make(_ app: AppPolicy, fetched: JWKSFetch.Fetched?, client: HTTPClient?) throws(ConfigurationError) -> AppRuntime {
         let sessions: SessionAuthenticator
         var refresher: JWKSRefresher?
         switch app.session {
@@ -629,12 +619,12 @@ struct AppBuilder: Sendable {
     }
 
     /// A JWT app's verifier, its skipped keys logged.
-    private func jwtVerifier(_ appID: String, _ session: SessionPolicy, fetched: JWKSFetch.Fetched?) throws(StartupError) -> SessionVerifier {
+    private func jwtVerifier(_ appID: String, _ session: SessionPolicy, fetched: JWKSFetch.Fetched?) throws(ConfigurationError) -> SessionVerifier {
         let sessions: SessionVerifier
         do {
             sessions = try SessionVerifier(policy: session, secrets: secrets, clock: clock, fetchedKeys: fetched?.keys)
         } catch {
-            throw StartupError("app \(appID): session: \(error)")
+            throw ConfigurationError("app \(appID): session: \(error)")
         }
         var source: (String, String)?
         switch session.keys {
@@ -659,10 +649,10 @@ struct AppBuilder: Sendable {
 final class IdentityClient: Sendable {
     private let state = Mutex<(client: HTTPClient?, closed: Bool)>((nil, false))
 
-    func client() throws(StartupError) -> HTTPClient {
-        let result = state.withLock { (state: inout (client: HTTPClient?, closed: Bool)) -> Result<HTTPClient, StartupError> in
+    func client() throws(ConfigurationError) -> HTTPClient {
+        let result = state.withLock { (state: inout (client: HTTPClient?, closed: Bool)) -> Result<HTTPClient, ConfigurationError> in
             if let client = state.client { return .success(client) }
-            guard !state.closed else { return .failure(StartupError("the sidecar is shutting down")) }
+            guard !state.closed else { return .failure(ConfigurationError("the sidecar is shutting down")) }
             do throws(HTTPClientError) {
                 // Introspection calls come from every loop concurrently (one per token missing from
                 // the cache): each loop keeps up to 64 connections to the endpoint.
@@ -671,7 +661,7 @@ final class IdentityClient: Sendable {
                 state.client = client
                 return .success(client)
             } catch {
-                return .failure(StartupError("cannot start the identity-provider HTTP client: \(error.detail)"))
+                return .failure(ConfigurationError("cannot start the identity-provider HTTP client: \(error.detail)"))
             }
         }
         return try result.get()

@@ -22,10 +22,10 @@ final class Introspector: Sendable {
     private let metrics: Metrics
     private let logger: Logger
 
-    /// - Throws: `StartupError` when the `client_auth` secret cannot be resolved or cannot be
+    /// - Throws: `ConfigurationError` when the `client_auth` secret cannot be resolved or cannot be
     ///   sent in a header (a bearer credential must be visible ASCII without spaces).
     init(app: String, policy: IntrospectionPolicy, secrets: any SecretResolving, identity: IdentityClient, clock: any WallClock,
-         metrics: Metrics, logger: Logger, capacity: Int = IntrospectionCache.defaultCapacity) throws(StartupError) {
+         metrics: Metrics, logger: Logger, capacity: Int = IntrospectionCache.defaultCapacity) throws(ConfigurationError) {
         self.app = app
         self.policy = policy
         self.identity = identity
@@ -35,12 +35,12 @@ final class Introspector: Sendable {
         let ref = policy.clientAuth.secret
         let secret: [UInt8]
         do { secret = try secrets.resolve(ref) } catch {
-            throw StartupError("app \(app): session client_auth: \(error.description)")
+            throw ConfigurationError("app \(app): session client_auth: \(error.description)")
         }
         switch policy.clientAuth {
         case .bearer:
             guard secret.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                throw StartupError("app \(app): session client_auth bearer \(ref): must be visible ASCII without spaces")
+                throw ConfigurationError("app \(app): session client_auth bearer \(ref): must be visible ASCII without spaces")
             }
             authorization = "Bearer " + String(decoding: secret, as: UTF8.self)
         case .basic(let user, _):
@@ -136,7 +136,7 @@ final class Introspector: Sendable {
     /// The endpoint's reply, or why there is none (a timeout is one: the endpoint did not answer).
     private func send(_ request: HTTPClientRequest, on loop: EventLoop?) async -> Result<HTTPClientResponse, Unanswered> {
         let client: HTTPClient
-        do throws(StartupError) { client = try identity.client() } catch { return .failure(Unanswered(reason: "introspection client: \(error.description)")) }
+        do throws(ConfigurationError) { client = try identity.client() } catch { return .failure(Unanswered(reason: "introspection client: \(error.description)")) }
         do throws(HTTPClientError) {
             let response = try await client.execute(request, on: loop)
             return .success(response)

@@ -11,6 +11,8 @@ public struct StoreError: Error, Sendable, Equatable {
         /// The store does not know the script it was asked to run by its hash (Redis `NOSCRIPT`,
         /// after a restart or `SCRIPT FLUSH`): send its source.
         case missingScript
+        /// What was asked to be created exists already (Redis `BUSYGROUP`).
+        case alreadyExists
         /// The store answered with an error of its own.
         case refused
         /// An answer of a shape the command never gives.

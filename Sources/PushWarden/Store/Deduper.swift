@@ -59,7 +59,7 @@ public struct Deduper: Sendable {
                                                  forward: forward)
         }
         let deadline = MonotonicClock.nowMillis() + UInt64(lockMillis)
-        let owner = LockOwner.next()
+        let owner = ProcessUnique.next()
         while true {
             // One round trip: still a miss? then take the in-flight lock.
             let attempt: LockAttempt
@@ -103,7 +103,7 @@ public struct Deduper: Sendable {
         degrade(error, app: app)
         let forwarded = try await forward()
         // The upstream has it now: remembered as soon as the store answers again.
-        await commit(keys, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds, owner: LockOwner.next(), on: loop)
+        await commit(keys, fingerprint: fingerprint, ttlSeconds: refreshAfterSeconds, owner: ProcessUnique.next(), on: loop)
         return (.forwarded, forwarded)
     }
 
@@ -137,16 +137,5 @@ public struct Deduper: Sendable {
     private func degrade(_ error: StoreError, app: String) {
         metrics.dedupeDegraded(app: app)
         logger.bounded(.warning, "dedupe store unavailable; forwarding without dedupe", key: app, [("app", app), ("store", store.kind), ("error", error.detail)])
-    }
-}
-
-/// Names the holder of an in-flight lock: unique among every process sharing the store (a random
-/// per-process prefix) and within this one (a counter), without a random draw per lock.
-enum LockOwner {
-    private static let prefix = Base64URL.encode(SecureRandom.bytes(12))
-    private static let counter = Atomic<UInt64>(0)
-
-    static func next() -> String {
-        prefix + "." + String(counter.wrappingAdd(1, ordering: .relaxed).oldValue)
     }
 }

@@ -27,7 +27,7 @@ public final class RedisStore: DedupeStore {
             case .success(let reply):
                 completion(Result { () throws(StoreError) in try Self.value(ofGET: reply) })
             case .failure(let error):
-                completion(.failure(Self.storeError(error)))
+                completion(.failure(StoreError(error)))
             }
         }
     }
@@ -37,7 +37,7 @@ public final class RedisStore: DedupeStore {
     private static func value(ofGET reply: RedisReply) throws(StoreError) -> String? {
         switch reply {
         case .null: return nil
-        case .error(let message): throw Self.storeError(replied: message)
+        case .error(let message): throw StoreError(replied: message)
         default:
             guard let value = reply.string else { throw StoreError(.unexpectedReply, "unexpected GET reply") }
             return value
@@ -196,29 +196,35 @@ public final class RedisStore: DedupeStore {
         let reply: RedisReply
         switch result {
         case .success(let value): reply = value
-        case .failure(let error): throw storeError(error)
+        case .failure(let error): throw StoreError(error)
         }
-        if case .error(let message) = reply { throw storeError(replied: message) }
+        if case .error(let message) = reply { throw StoreError(replied: message) }
         return reply
-    }
-
-    private static func storeError(_ error: RedisError) -> StoreError {
-        switch error.kind {
-        case .timeout: return StoreError(.timeout, "redis timeout: \(error.detail)")
-        case .protocolError: return StoreError(.unexpectedReply, "redis protocol error: \(error.detail)")
-        case .unavailable, .closed: return StoreError(.unavailable, "redis \(error.kind): \(error.detail)")
-        }
-    }
-
-    /// An error reply. Its first word is Redis's error code (`NOSCRIPT No matching script...`):
-    /// read once, here at the protocol's edge, into a kind.
-    private static func storeError(replied message: String) -> StoreError {
-        let code = message.prefix { $0 != " " }
-        return StoreError(code == "NOSCRIPT" ? .missingScript : .refused, "redis error: \(message)")
     }
 
     private func expectOK(_ reply: RedisReply) throws(StoreError) {
         guard case .status("OK") = reply else { throw StoreError(.unexpectedReply, "unexpected reply") }
+    }
+}
+
+/// Every Redis-backed store reads Redis's failures here, once.
+extension StoreError {
+    init(_ error: RedisError) {
+        switch error.kind {
+        case .timeout: self.init(.timeout, "redis timeout: \(error.detail)")
+        case .protocolError: self.init(.unexpectedReply, "redis protocol error: \(error.detail)")
+        case .unavailable, .closed: self.init(.unavailable, "redis \(error.kind): \(error.detail)")
+        }
+    }
+
+    /// An error reply. Its first word is Redis's error code (`NOSCRIPT No matching script...`):
+    /// read here, at the protocol's edge, into a kind.
+    init(replied message: String) {
+        switch message.prefix(while: { $0 != " " }) {
+        case "NOSCRIPT": self.init(.missingScript, "redis error: \(message)")
+        case "BUSYGROUP": self.init(.alreadyExists, "redis error: \(message)")
+        default: self.init(.refused, "redis error: \(message)")
+        }
     }
 }
 

@@ -96,17 +96,17 @@ public struct StoreSealer: Sendable {
     /// through `secrets`: what `serve` and `pushwarden outbox` both run.
     ///
     /// - Throws: every diagnostic about the keys, one per line, never a value.
-    public static func make(for policy: Policy, secrets: some SecretResolving) throws(StartupError) -> StoreSealer {
+    public static func make(for policy: Policy, secrets: some SecretResolving) throws(ConfigurationError) -> StoreSealer {
         guard let store = policy.store else { return .none }
         switch StoreKeys.resolve(store, in: policy, secrets: secrets) {
         case .success(let keys):
             do {
                 return try StoreSealer(keys: keys, requireSealed: store.requireSealed)
             } catch {
-                throw StartupError("store.encryption_key: \(error.message)")
+                throw ConfigurationError("store.encryption_key: \(error.message)")
             }
         case .failure(let diagnostics):
-            throw StartupError(diagnostics.description)
+            throw ConfigurationError(diagnostics.description)
         }
     }
 

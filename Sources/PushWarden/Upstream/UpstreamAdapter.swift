@@ -1,6 +1,7 @@
 import ClientAPI
 import HTTPClient
 import PWCore
+import PWPolicy
 
 /// What PushWarden asks of an upstream.
 public enum UpstreamOperation: String, Sendable {
@@ -59,17 +60,10 @@ public struct UpstreamIdentity: Sendable, Equatable {
 public protocol UpstreamAdapter: Sendable {
     /// The upstream's name from the policy.
     var name: String { get }
-    /// The provider's name (`voyado`, ...), for logs.
-    var provider: String { get }
-    /// Whether the provider hands back an identity that later calls need (`identity(after:)`).
-    /// Only then does a registration read or write the identity store.
-    var keepsIdentity: Bool { get }
+    /// The provider this adapter speaks to; what it does with calls is its `traits`.
+    var kind: ProviderKind { get }
     /// The non-secret settings that shape requests, so that a policy change forwards again.
     var settingsDigest: String { get }
-    /// Whether every call carries the end user's own credential from the client's request
-    /// (Fluxer): such calls cannot be made later from the outbox, since PushWarden never stores
-    /// that credential.
-    var needsCallerCredential: Bool { get }
     /// The end user's own credential this call would carry (Fluxer's session), for the
     /// registration's fingerprint only: the same registration under another user's session is
     /// forwarded again. Never stored, never logged; nil for providers that take none.
@@ -106,8 +100,8 @@ public protocol UpstreamAdapter: Sendable {
     func supersededRequest(pushToken: String, replaced: UpstreamIdentity, by kept: UpstreamIdentity,
                            context: CallContext) -> HTTPClientRequest?
     /// The call that reports `events`; nil (the default) for a provider that takes none. Whether an
-    /// upstream is sent events at all is its policy settings' `takesEvents`, which `policy explain`
-    /// shows too; the factory refuses to start when the two disagree.
+    /// upstream is sent events at all is its provider's `traits.takesEvents`, which `policy explain`
+    /// shows too; the factory refuses to start when the adapter cannot build the call.
     func eventsRequest(_ events: [EngagementEvent], context: CallContext) -> HTTPClientRequest?
     func verdict(for response: HTTPClientResponse, operation: UpstreamOperation) -> UpstreamVerdict
     /// The answer the provider gives to a request it accepts, for `dry_run`.
@@ -115,9 +109,16 @@ public protocol UpstreamAdapter: Sendable {
 }
 
 extension UpstreamAdapter {
-    public var keepsIdentity: Bool { false }
+    /// The provider's name (`voyado`, ...), for logs.
+    public var provider: String { kind.rawValue }
+    /// Whether the provider hands back an identity that later calls need (`identity(after:)`).
+    /// Only then does a registration read or write the identity store.
+    public var keepsIdentity: Bool { kind.traits.keepsIdentity }
+    /// Whether every call carries the end user's own credential from the client's request
+    /// (Fluxer): such calls cannot be made later from the outbox, since PushWarden never stores
+    /// that credential.
+    public var needsCallerCredential: Bool { kind.traits.needsCallerCredential }
     public var settingsDigest: String { "" }
-    public var needsCallerCredential: Bool { false }
     public func forwardedCredential(_ context: CallContext) -> String? { nil }
 
     public func validate(_ installation: Installation, context: CallContext) throws(ContractError) {}

@@ -37,7 +37,7 @@ public final class UpstreamCaller: Sendable {
     }
 
     /// Whether this upstream is sent engagement events: its settings say, as `policy explain` does.
-    public var takesEvents: Bool { policy.provider.settings.takesEvents }
+    public var takesEvents: Bool { policy.provider.traits.takesEvents }
 
     /// The longest one call may take, every attempt and backoff included. Dedupe locks live at
     /// least this long.
