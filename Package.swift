@@ -36,8 +36,12 @@ let package = Package(
 
         // MARK: Domain built on the wrappers
         .target(name: "SessionAuth", dependencies: ["PWCore", "PWPolicy", "PWCrypto"]),
+        /// The upstream providers: what PushWarden asks of a provider (the adapter protocol, the call
+        /// context, failures, transports) and one folder per provider with its adapter and error codes.
+        /// Their policy settings stay in PWPolicy/Providers, which the policy loader reads below this layer.
+        .target(name: "Providers", dependencies: ["PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "Loops", "HTTPClient"]),
         .target(name: "PushWarden", dependencies: [
-            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPServer", "HTTPClient", "RedisClient",
+            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPServer", "HTTPClient", "RedisClient", "Providers",
         ]),
         .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "PWCrypto", "HTTPClient", "CShims"]),
 
@@ -55,7 +59,7 @@ let package = Package(
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
-            "PushWarden", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
+            "PushWarden", "Providers", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
             "RedisClient", "Loops",
         ]),
     ],

@@ -4,6 +4,7 @@ import HTTPClient
 import Loops
 import PWCore
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 import Synchronization

@@ -1,5 +1,6 @@
 import Foundation
 import PWCore
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 @testable import RedisClient

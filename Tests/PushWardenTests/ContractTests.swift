@@ -1,5 +1,6 @@
 import Foundation
 import PWCore
+@testable import Providers
 import PushWarden
 import PushWardenTestSupport
 import RedisClient

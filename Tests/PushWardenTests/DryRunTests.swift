@@ -2,6 +2,7 @@ import Foundation
 import HTTPClient
 import PWCore
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import Testing
 

@@ -3,6 +3,7 @@ import Foundation
 import PWCore
 import PWCrypto
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient

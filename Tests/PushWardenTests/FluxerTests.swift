@@ -1,8 +1,9 @@
-import Foundation
 import ClientAPI
+import Foundation
 import HTTPClient
 import PWCore
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 import Testing

@@ -2,6 +2,7 @@ import Foundation
 import HTTPClient
 import PWCore
 import PWPolicy
+@testable import Providers
 import PushWarden
 import PushWardenTestSupport
 import SessionAuth

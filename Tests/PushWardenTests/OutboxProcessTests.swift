@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import PWCore
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient

@@ -1,6 +1,7 @@
 import Foundation
 import PWCore
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient

@@ -5,6 +5,7 @@ import PWPolicy
 import PushWardenTestSupport
 import Synchronization
 import Testing
+@testable import Providers
 @testable import PushWarden
 
 /// The server-to-server API's HTTP edge (contract section 8) on a real sidecar over loopback

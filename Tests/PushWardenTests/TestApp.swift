@@ -1,6 +1,7 @@
 import HTTPClient
 import PWCore
 import PWPolicy
+@testable import Providers
 @testable import PushWarden
 import SessionAuth
 import Testing

@@ -3,6 +3,7 @@ import Foundation
 import HTTPClient
 import PWCore
 import PWCrypto
+@testable import Providers
 import PushWarden
 import PushWardenTestSupport
 import Testing

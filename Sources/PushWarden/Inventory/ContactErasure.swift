@@ -1,4 +1,5 @@
 import PWCore
+import Providers
 
 /// The server-to-server operations on a contact (contract section 8), by the registration
 /// operations: list what the inventory holds, and erase it everywhere.

@@ -1,5 +1,6 @@
 import PWCore
 import PWCrypto
+import Providers
 
 /// Retires installations nobody registered again for `apps.<id>.inventory.expire_after`:
 /// unregistered upstream and forgotten, oldest first, a bounded batch per pass. Every replica

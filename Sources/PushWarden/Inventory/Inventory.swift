@@ -1,6 +1,7 @@
 import ClientAPI
 import Loops
 import PWCore
+import Providers
 import Synchronization
 
 /// The installations of each contact (contract section 8), over an `InventoryStore`: what is

@@ -1,6 +1,7 @@
 import ClientAPI
 import Loops
 import PWCore
+import Providers
 
 /// What the registration operations keep in, and take from, each contact's inventory: the record
 /// of a registration, the last-seen time of a dedupe hit, and the removal of installations a

@@ -1,6 +1,7 @@
 import Loops
 import PWCore
 import PWPolicy
+import Providers
 import RedisClient
 
 /// The durable outbox of one process: where deliveries are queued (`enqueue`) and the workers that
@@ -20,14 +21,12 @@ final class Outbox: Sendable {
 
     /// The outboxes workers read under `policy`, without building a client: what
     /// `pushwarden outbox replay` places entries by when it is given the policy. An upstream whose
-    /// provider takes the user's own credential has none (its stand-in adapter, which needs no
-    /// secret, says so as the real one does).
+    /// provider takes the user's own credential has none (its traits say so, for a dry run as for
+    /// the provider it emulates).
     static func targets(of policy: Policy) -> [OutboxStreams.Upstream] {
         policy.apps.flatMap { app in
             app.upstreams.compactMap { upstream -> OutboxStreams.Upstream? in
-                let config: DryRunConfig
-                if case .dryRun(let given) = upstream.provider { config = given } else { config = DryRunConfig(emulates: upstream.provider.emulated) }
-                guard !ProviderFactory.dryRunAdapter(name: upstream.name, config).needsCallerCredential else { return nil }
+                guard !upstream.provider.traits.needsCallerCredential else { return nil }
                 return OutboxStreams.Upstream(app: app.id, upstream: upstream.name, shards: shards(for: upstream.delivery))
             }
         }

@@ -1,5 +1,6 @@
 import PWCore
 import PWPolicy
+import Providers
 import RedisClient
 
 /// `pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app A] [--upstream U]`: what

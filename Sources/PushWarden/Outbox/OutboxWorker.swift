@@ -2,6 +2,7 @@ import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
+import Providers
 import Synchronization
 
 /// Delivers one upstream's outbox: in every shard whose lease it holds, it reads what waits (its

@@ -1,4 +1,5 @@
 import Loops
+import Providers
 
 /// What registering means at each upstream, decided before any lookup: skipped (the upstream
 /// cannot take this installation), refused by the provider's own rules (a shadow; a refusing

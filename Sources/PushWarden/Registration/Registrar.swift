@@ -2,6 +2,7 @@ import ClientAPI
 import HTTPClient
 import Loops
 import PWCore
+import Providers
 
 /// The registration operations, beneath the HTTP edge: what registering an installation,
 /// removing a push token and reporting events mean at each upstream of an app (dedupe, the

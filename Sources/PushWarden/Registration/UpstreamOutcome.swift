@@ -1,3 +1,5 @@
+import Providers
+
 /// What happened at one upstream for one operation.
 public enum UpstreamOutcome: Sendable, Equatable {
     case forwarded, unchanged, skipped

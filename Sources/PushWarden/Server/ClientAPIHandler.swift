@@ -5,6 +5,7 @@ import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
+import Providers
 import SessionAuth
 import Synchronization
 

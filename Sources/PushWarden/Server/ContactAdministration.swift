@@ -1,5 +1,6 @@
 import PWCore
 import PWPolicy
+import Providers
 
 /// The server-to-server operations on one contact's installations (contract section 8), beneath
 /// the admin listener's HTTP edge: what the edge calls once the admin token, the app and the

@@ -1,5 +1,6 @@
 import HTTPServer
 import PWCore
+import Providers
 import SessionAuth
 import Synchronization
 

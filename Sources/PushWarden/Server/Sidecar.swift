@@ -4,6 +4,7 @@ import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
+import Providers
 import RedisClient
 import SessionAuth
 import Synchronization

@@ -1,6 +1,7 @@
 import Loops
 import PWCore
 import PWCrypto
+import Providers
 import Synchronization
 
 /// The outcome of one upstream for one registration.

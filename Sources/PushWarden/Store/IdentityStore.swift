@@ -1,5 +1,6 @@
 import Loops
 import PWCore
+import Providers
 
 /// Keeps what providers hand back per push token (`UpstreamIdentity`), so the device never has
 /// to, under `RegistrationKeys.identity` (a hash of app, upstream and token, like the dedupe entry);

@@ -3,6 +3,7 @@ import Loops
 import PWCore
 import PWCrypto
 import PWPolicy
+import Providers
 
 /// Sends one operation to one upstream: timeouts, retries with exponential backoff and full
 /// jitter on network errors, 5xx and 429 (honouring `Retry-After`), all within a deadline, and the

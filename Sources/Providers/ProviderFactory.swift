@@ -4,8 +4,8 @@ import PWPolicy
 
 /// Builds each upstream's adapter from the policy: resolves its secrets and picks its transport.
 /// Each provider's `make` lives in the provider's own file.
-enum ProviderFactory {
-    static func make(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
+package enum ProviderFactory {
+    package static func make(_ upstream: UpstreamPolicy, app: String, secrets: some SecretResolving, network: any UpstreamTransport,
                      logger: Logger) throws(ConfigurationError) -> (any UpstreamAdapter, any UpstreamTransport) {
         let made = try adapter(upstream, app: app, secrets: secrets, network: network, logger: logger)
         // An adapter that cannot build the calls its traits promise is a defect, caught at start.
@@ -40,7 +40,7 @@ enum ProviderFactory {
     /// The emulated provider's own adapter over stand-in settings: no credential is needed or
     /// read. Keys are obviously fake but pass each adapter's own shape checks (`vh_pk_test_`
     /// with `debug_build`, `pnp_`); nothing is sent to `dry-run.invalid`, it only appears in the log.
-    static func dryRunAdapter(name: String, _ config: DryRunConfig) -> any UpstreamAdapter {
+    package static func dryRunAdapter(name: String, _ config: DryRunConfig) -> any UpstreamAdapter {
         let base = "https://dry-run.invalid"
         let noSecret = SecretRef.env("-")
         switch config.emulates {
