@@ -9,88 +9,34 @@ import RedisClient
 import SessionAuth
 import Synchronization
 
-/// Process-level settings that are not policy: where to listen, which store, how loud to log.
-/// Flags win over `PUSHWARDEN_*` environment variables, which win over these defaults.
-public struct ServeConfiguration: Sendable {
-    public var listen: HostPort
-    public var admin: HostPort
-    /// `redis://...` or `redis+cluster://seed,seed...`; nil runs on the embedded in-memory store.
-    public var redisURL: String?
-    public var logLevel: Logger.Level
-    /// Event loops (threads) of the client listener (0: one per core).
-    public var threads: Int
-    /// How long in-flight requests may take to finish on shutdown.
-    public var shutdownGraceSeconds: Double
-    /// Concurrent client connections from one address (over every loop); 0 means unlimited.
-    /// Behind a front proxy every connection has the proxy's address: raise it there.
-    public var connectionsPerAddress: Int = 1_024
-    /// Seconds a client connection may take to send a complete request head (from its start, or
-    /// from the previous response on a kept-alive connection) before it is closed; 0: no limit.
-    public var headTimeoutSeconds: Double = 10
-    /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call), shared
-    /// out evenly between the event loops, each of which keeps its own.
-    public var upstreamConnectionsPerHost: Int = 512
-
-    public init(listen: HostPort = HostPort(host: "127.0.0.1", port: 8080), admin: HostPort = HostPort(host: "127.0.0.1", port: 9090),
-                redisURL: String? = nil, logLevel: Logger.Level = .info, threads: Int = 0, shutdownGraceSeconds: Double = 10) {
-        self.listen = listen
-        self.admin = admin
-        self.redisURL = redisURL
-        self.logLevel = logLevel
-        self.threads = threads
-        self.shutdownGraceSeconds = shutdownGraceSeconds
-    }
-}
-
-/// `HOST:PORT`, with IPv6 hosts in brackets (`[::1]:8080`).
-public struct HostPort: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-
-    public init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-
-    /// `HOST:PORT` or `:PORT` (every IPv4 address); the port is required.
-    public init?(_ text: String) {
-        let written = text.hasPrefix(":") ? "0.0.0.0" + text : text
-        guard case .success(let authority) = Authority.parse(written), let port = authority.port else { return nil }
-        self.host = String(authority.host)
-        self.port = port
-    }
-
-    public var description: String { Authority.format(host: host, port: port) }
-}
-
 /// The running sidecar: the client listener, the admin listener, the store and the upstream client.
 ///
 /// The apps it serves can be replaced while it runs (`reload`); nothing else can.
 public final class Sidecar: Sendable {
     public let metrics: Metrics
-    private let clientServer: HTTPServer
-    private let adminServer: HTTPServer
-    private let httpClient: HTTPClient?
-    private let redis: RedisClient?
-    private let logger: Logger
+    let clientServer: HTTPServer
+    let adminServer: HTTPServer
+    let httpClient: HTTPClient?
+    let redis: RedisClient?
+    let logger: Logger
     /// Internal for tests: the registration operations behind it are what the admin API calls.
     let handler: ClientAPIHandler
     /// The server-to-server API on the admin listener; a reload replaces its tokens.
-    private let contactRoutes: ContactRoutes
-    private let builder: AppBuilder
+    let contactRoutes: ContactRoutes
+    let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
-    private let outboxTasks: [Task<Void, Never>]
+    let outboxTasks: [Task<Void, Never>]
     /// Whether queued deliveries can be kept (the Redis store): a policy that needs them is
     /// refused at start and at reload otherwise.
-    private let hasOutbox: Bool
+    let hasOutbox: Bool
     /// The `store` block in force: its keys are read once, at start. A reload that changes it is
     /// refused (restart to change the keys), so the keys in force are always the file's.
-    private let storePolicy: StorePolicy?
+    let storePolicy: StorePolicy?
     /// The highest signed policy version put in force: in Redis (every replica's), else this
     /// process's. Judged at start and at every reload of a signed policy.
-    private let serials: any PolicySerialRecord
+    let serials: any PolicySerialRecord
     /// The running policy's version (nil: no serial, or no file hash); a reload judges against it.
-    private let running: Mutex<PolicyVersion?>
+    let running: Mutex<PolicyVersion?>
 
     /// The bound client port (useful when configured with port 0).
     public var port: Int { clientServer.port }
@@ -126,7 +72,7 @@ public final class Sidecar: Sendable {
             }
 
             serials = (self.store as? RedisStore) ?? ProcessPolicySerials()
-            loopCount = configuration.threads > 0 ? configuration.threads : HTTPServerConfiguration().threads
+            loopCount = configuration.loopCount
             let network: any UpstreamTransport
             if let transport {
                 network = transport
@@ -277,10 +223,10 @@ public final class Sidecar: Sendable {
         }
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
-        outboxTasks = (outbox.map { Self.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics, loops: loops,
+        outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics, loops: loops,
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
-            + [Self.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
-               Self.startHeapTrim()]
+            + [BackgroundTasks.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
+               BackgroundTasks.startHeapTrim()]
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256, serial: policy.serial) }
         var fields = [
@@ -296,72 +242,6 @@ public final class Sidecar: Sendable {
         logger.info("pushwarden listening", fields)
     }
 
-    /// Why a reload was refused; the running policy stays.
-    public struct ReloadError: Error, Sendable, CustomStringConvertible {
-        public var description: String
-    }
-
-    /// Builds the apps of `policy` completely (secrets resolved, upstreams made, `jwks_url` keys
-    /// fetched) and only then puts them in force; requests in flight finish on the apps they
-    /// began with. On any failure nothing switches. Counted in `pushwarden_policy_reloads_total`.
-    ///
-    /// A signed policy (`signed`) must also have a serial above the running one's (or be the very
-    /// file in force), and the store must admit it (`PolicySerialRecord`): checked first against
-    /// the running version, then, once everything is built, in the store, which records it.
-    ///
-    /// - Important: callers serialize reloads (`PolicyReloader` does).
-    public func reload(_ policy: Policy, sha256: String, signed: Bool = false) async -> Result<Void, ReloadError> {
-        let apps: [String: AppRuntime]
-        let adminTokens: AdminTokens
-        let version = Self.version(of: policy, sha256: sha256)
-        let trail: AuditTrail?
-        do throws(ConfigurationError) {
-            if signed {
-                guard let version else { throw ConfigurationError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description) }
-                if let refusal = version.refusal(after: running.withLock({ $0 }), .running) {
-                    throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
-                }
-            }
-            try Self.checkQueued(policy, hasOutbox: hasOutbox)
-            guard policy.store == storePolicy else {
-                throw ConfigurationError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
-                                   + "the store keys are read at start only; restart to change them")
-            }
-            adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
-            trail = try Self.auditTrail(policy, store: handler.registrar.deduper.store, secrets: builder.secrets)
-            apps = try await builder.build(policy)
-            if signed, let version { try await Self.admit(version, policy: policy, record: serials) }
-        } catch {
-            reloadFailed([error.description], policy: policy.sourcePath)
-            return .failure(ReloadError(description: error.description))
-        }
-        let old = handler.replaceApps(apps)
-        contactRoutes.replaceTokens(adminTokens)
-        contactRoutes.replaceReceipts(trail)
-        for app in apps.values { app.jwks?.start() }
-        for app in old.values { app.jwks?.stop() }
-        metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))
-        running.withLock { $0 = version }
-        metrics.policyInForce(sha256: sha256, serial: policy.serial)
-        metrics.policyReload(result: "ok")
-        let added = apps.keys.filter { old[$0] == nil }.sorted()
-        let removed = old.keys.filter { apps[$0] == nil }.sorted()
-        logger.info("policy reloaded", [("policy", policy.sourcePath), ("policy_sha256", sha256),
-                                        ("policy_serial", policy.serial.map(String.init) ?? ""),
-                                        ("apps", policy.apps.map(\.id).joined(separator: ",")),
-                                        ("added", added.joined(separator: ",")), ("removed", removed.joined(separator: ","))])
-        return .success(())
-    }
-
-    /// A reload refused before it reached `reload` (unreadable, invalid or badly signed file):
-    /// logged with every diagnostic line and counted; the running policy stays.
-    public func reloadFailed(_ diagnostics: [String], policy: String) {
-        metrics.policyReload(result: "error")
-        logger.error("policy reload refused; the running policy stays", [("policy", policy),
-                                                                         ("diagnostics", diagnostics.joined(separator: "\n"))])
-        for line in diagnostics { logger.error("policy diagnostic", [("policy", policy), ("diagnostic", line)]) }
-    }
-
     /// The start line's word on the server-to-server API: whose tokens, or why it answers 404.
     private static func describe(_ tokens: AdminTokens) -> String {
         guard !tokens.isEmpty else { return "off (no admin token in the policy)" }
@@ -371,121 +251,12 @@ public final class Sidecar: Sendable {
         return "on (" + parts.joined(separator: "; ") + ")"
     }
 
-    /// The version of `policy` read from a file whose SHA-256 is `sha256`; nil without a serial.
-    private static func version(of policy: Policy, sha256: String?) -> PolicyVersion? {
-        guard let serial = policy.serial, let sha256 else { return nil }
-        return PolicyVersion(serial: serial, sha256: sha256)
-    }
-
-    /// Records `version` as put in force, or says why the store refuses it (a higher serial was
-    /// seen, or this one with other bytes), or that it could not answer: a signed policy is put
-    /// in force only once the store has judged it.
-    private static func admit(_ version: PolicyVersion, policy: Policy, record: any PolicySerialRecord) async throws(ConfigurationError) {
-        let seen: PolicyVersion?
-        do throws(StoreError) {
-            seen = try await record.admit(version)
-        } catch {
-            throw ConfigurationError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has seen "
-                + "(\(error.detail)): a signed policy is put in force only once it has").description)
-        }
-        if let refusal = version.refusal(after: seen, .store) {
-            throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
-        }
-    }
-
-    /// `admit` at start, for up to 10 s while the store does not answer (a Redis starting beside
-    /// the sidecar); a refusal is final at once.
-    private static func admitAtStart(_ policy: Policy, sha256: String?, record: any PolicySerialRecord, logger: Logger) async throws(ConfigurationError) {
-        guard let version = version(of: policy, sha256: sha256) else {
-            throw ConfigurationError(policy.diagnostic(at: "serial", PolicyFile.missingSerial).description)
-        }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while true {
-            let seen: PolicyVersion?
-            do throws(StoreError) {
-                seen = try await record.admit(version)
-            } catch {
-                guard error.kind == .unavailable || error.kind == .timeout, ContinuousClock.now < deadline else {
-                    throw ConfigurationError(policy.diagnostic(at: "serial", "the store could not check the serial against the highest it has "
-                        + "seen (\(error.detail)): a signed policy is put in force only once it has").description)
-                }
-                logger.warning("waiting for the store to check the policy serial", [("detail", error.detail)])
-                try? await Task.sleep(for: .milliseconds(500))
-                continue
-            }
-            if let refusal = version.refusal(after: seen, .store) {
-                throw ConfigurationError(policy.diagnostic(at: "serial", refusal).description)
-            }
-            return
-        }
-    }
-
     /// Queued deliveries live in a Redis Streams outbox: without Redis they would be lost.
-    private static func checkQueued(_ policy: Policy, hasOutbox: Bool) throws(ConfigurationError) {
+    static func checkQueued(_ policy: Policy, hasOutbox: Bool) throws(ConfigurationError) {
         let queued = policy.apps.flatMap { app in app.upstreams.filter { $0.delivery == .queued }.map { "\(app.id)/\($0.name)" } }
         guard queued.isEmpty || hasOutbox else {
             throw ConfigurationError("upstreams with delivery: queued need the Redis store (--redis URL or PUSHWARDEN_REDIS_URL): \(queued.joined(separator: ", "))")
         }
-    }
-
-    /// One worker per upstream the outbox delivers for, and a sampler for its metrics (which also
-    /// renews this process's layout record). Workers look their app up in the running policy on
-    /// every pass.
-    private static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
-                                    loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
-        var tasks: [Task<Void, Never>] = []
-        let apps = handler.apps
-        for target in outbox.watched {
-            if apps[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
-                metrics.outboxWatched(app: target.app, upstream: target.upstream)
-            }
-            let worker = OutboxWorker(streams: outbox.streams, target: target, app: { handler.apps[target.app] }, registrar: registrar,
-                                      consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target),
-                                      loops: loops, batch: Self.batch(inFlight: inFlight, shards: target.shards))
-            tasks.append(Task.detached { await worker.run() })
-        }
-        let streams = outbox.streams
-        let sampled = outbox.watched
-        let consumer = outbox.consumer
-        tasks.append(Task.detached {
-            while !Task.isCancelled {
-                for target in sampled {
-                    // While this process runs, `outbox replay` without a policy knows where its workers read.
-                    try? await streams.record(target, consumer: consumer, seconds: Outbox.layoutRecordSeconds)
-                    guard let (depth, oldest) = try? await streams.depth(of: target) else { continue }
-                    let age = oldest.map { max(0, Double(OutboxWorker.age(now: SystemClock.epochMillis(), accepted: $0)) / 1000) } ?? 0
-                    metrics.outbox(app: target.app, upstream: target.upstream, depth: depth, oldestSeconds: age)
-                }
-                try? await Task.sleep(for: .seconds(2))
-            }
-        })
-        return tasks
-    }
-
-    /// Entries one shard reads at a time: an upstream's shards together hold at most twice as many
-    /// deliveries in flight as there are connections to its host, because a shard waits for its
-    /// whole batch before it reads again (fewer leave connections idle behind the slowest call;
-    /// more only wait inside the HTTP client, holding memory).
-    static func batch(inFlight: Int, shards: Int) -> Int {
-        max(16, 2 * inFlight / max(1, shards))
-    }
-
-    /// Every 2 s, what the allocator holds free goes back to the system, so RSS falls back after a
-    /// burst instead of staying at its high-water mark; under load there is little to give back.
-    private static func startHeapTrim() -> Task<Void, Never> {
-        Task.detached {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(2))
-                HeapTrim.release()
-            }
-        }
-    }
-
-    /// The inventory's expiry sweeper (it idles while no app sets `inventory.expire_after`).
-    private static func startSweeper(registrar: Registrar, handler: ClientAPIHandler, metrics: Metrics, logger: Logger) -> Task<Void, Never> {
-        for app in handler.apps.values where app.policy.inventory.expireAfterMillis != nil { metrics.inventoryWatched(app: app.policy.id) }
-        let sweeper = ExpirySweeper(registrar: registrar, apps: { handler.apps }, metrics: metrics, logger: logger)
-        return Task.detached { await sweeper.run() }
     }
 
     /// The evidence trail `policy.audit` asks for: its signing key read and judged; Redis required
@@ -528,152 +299,5 @@ public final class Sidecar: Sendable {
         builder.shutdown()
         redis?.close()
         logger.info("stopped")
-    }
-}
-
-/// Makes `AppRuntime`s from a policy: at start and, the same way, at every reload.
-struct AppBuilder: Sendable {
-    let secrets: any SecretResolving
-    let network: any UpstreamTransport
-    let metrics: Metrics
-    let logger: Logger
-    let jwksTiming: JWKSTiming
-    let clock: any WallClock
-    /// The client for identity providers (JWKS, introspection), made on first use: answers are
-    /// capped at 64 KiB, and its connections are not the upstreams'.
-    private let identity = IdentityClient()
-
-    init(secrets: any SecretResolving, network: any UpstreamTransport, metrics: Metrics, logger: Logger, jwksTiming: JWKSTiming,
-         clock: any WallClock = SystemClock()) {
-        self.secrets = secrets
-        self.network = network
-        self.metrics = metrics
-        self.logger = logger
-        self.jwksTiming = jwksTiming
-        self.clock = clock
-    }
-
-    func shutdown() { identity.shutdown() }
-
-    /// Every app of `policy`, each `jwks_url` fetched first.
-    func build(_ policy: Policy) async throws(ConfigurationError) -> [String: AppRuntime] {
-        var apps: [String: AppRuntime] = [:]
-        for app in policy.apps {
-            var fetched: JWKSFetch.Fetched?
-            var client: HTTPClient?
-            if let session = app.session.jwt, case .jwksURL(let jwks) = session.keys {
-                let identityClient = try identity.client()
-                client = identityClient
-                switch await JWKSRefresher.firstFetch(app: app.id, settings: jwks, algorithms: session.algorithms,
-                                                      client: identityClient, metrics: metrics, logger: logger, timing: jwksTiming) {
-                case .success(let keys):
-                    fetched = keys
-                case .failure(let failure):
-                    guard let fallback = jwks.fallbackFile else {
-                        throw ConfigurationError("app \(app.id): session jwks_url \(jwks.url): the first fetch failed (\(failure.detail)) and no jwks_file fallback is given")
-                    }
-                    logger.warning("jwks_url unavailable; starting with the jwks_file fallback",
-                                   [("app", app.id), ("url", jwks.url), ("jwks_file", fallback)])
-                }
-            }
-            apps[app.id] = try make(app, fetched: fetched, client: client)
-        }
-        return apps
-    }
-
-    /// Every app of `policy` without network calls; a `jwks_url` is refused.
-    func buildOffline(_ policy: Policy) throws(ConfigurationError) -> [String: AppRuntime] {
-        var apps: [String: AppRuntime] = [:]
-        for app in policy.apps {
-            if case .jwksURL? = app.session.jwt?.keys {
-                throw ConfigurationError("app \(app.id): session jwks_url needs Sidecar.start, which fetches the keys before listening")
-            }
-            apps[app.id] = try make(app, fetched: nil, client: nil)
-        }
-        return apps
-    }
-
-    private func make(_ app: AppPolicy, fetched: JWKSFetch.Fetched?, client: HTTPClient?) throws(ConfigurationError) -> AppRuntime {
-        let sessions: SessionAuthenticator
-        var refresher: JWKSRefresher?
-        switch app.session {
-        case .jwt(let session):
-            let verifier = try jwtVerifier(app.id, session, fetched: fetched)
-            sessions = .jwt(verifier)
-            if case .jwksURL(let jwks) = session.keys, let client {
-                refresher = JWKSRefresher(app: app.id, settings: jwks, algorithms: session.algorithms, verifier: verifier, client: client,
-                                          first: fetched, metrics: metrics, logger: logger.with(label: "jwks"), timing: jwksTiming)
-            }
-        case .introspect(let introspection):
-            // No call at build time: the endpoint is asked per token, on the request's loop.
-            sessions = .introspect(try Introspector(app: app.id, policy: introspection, secrets: secrets, identity: identity, clock: clock,
-                                                    metrics: metrics, logger: logger.with(label: "introspect")))
-        }
-        var callers: [UpstreamCaller] = []
-        for upstream in app.upstreams {
-            let (adapter, transport) = try ProviderFactory.make(upstream, app: app.id, secrets: secrets, network: network, logger: logger)
-            callers.append(UpstreamCaller(app: app.id, adapter: adapter, policy: upstream, transport: transport, metrics: metrics,
-                                          logger: logger.with(label: "upstream")))
-        }
-        callers.sort { a, b in a.policy.role == .primary && b.policy.role != .primary }
-        return AppRuntime(policy: app, sessions: sessions, upstreams: callers, jwks: refresher)
-    }
-
-    /// A JWT app's verifier, its skipped keys logged.
-    private func jwtVerifier(_ appID: String, _ session: SessionPolicy, fetched: JWKSFetch.Fetched?) throws(ConfigurationError) -> SessionVerifier {
-        let sessions: SessionVerifier
-        do {
-            sessions = try SessionVerifier(policy: session, secrets: secrets, clock: clock, fetchedKeys: fetched?.keys)
-        } catch {
-            throw ConfigurationError("app \(appID): session: \(error)")
-        }
-        var source: (String, String)?
-        switch session.keys {
-        case .jwksFile(let file): source = ("jwks_file", file)
-        case .jwksURL(let jwks): source = fetched != nil ? ("jwks_url", jwks.url) : ("jwks_file", jwks.fallbackFile ?? "")
-        case .hmacSecret: source = nil
-        }
-        if let source {
-            // `policy check` names the same keys of a file, as warnings.
-            for skipped in sessions.skippedJWKs {
-                var fields = [("app", appID), source, ("key", "keys[\(skipped.index)]")]
-                if let kid = skipped.kid { fields.append(("kid", kid)) }
-                fields.append(("reason", skipped.reason))
-                logger.warning("session key skipped", fields)
-            }
-        }
-        return sessions
-    }
-}
-
-/// The identity-provider HTTP client, made on first use and shut down once.
-final class IdentityClient: Sendable {
-    private let state = Mutex<(client: HTTPClient?, closed: Bool)>((nil, false))
-
-    func client() throws(ConfigurationError) -> HTTPClient {
-        let result = state.withLock { (state: inout (client: HTTPClient?, closed: Bool)) -> Result<HTTPClient, ConfigurationError> in
-            if let client = state.client { return .success(client) }
-            guard !state.closed else { return .failure(ConfigurationError("the sidecar is shutting down")) }
-            do throws(HTTPClientError) {
-                // Introspection calls come from every loop concurrently (one per token missing from
-                // the cache): each loop keeps up to 64 connections to the endpoint.
-                let client = try HTTPClient(configuration: HTTPClientConfiguration(
-                    maxConnectionsPerHost: 64, maxTotalConnections: 128, maxResponseBytes: JWKSFetch.maxBytes, userAgent: "pushwarden"))
-                state.client = client
-                return .success(client)
-            } catch {
-                return .failure(ConfigurationError("cannot start the identity-provider HTTP client: \(error.detail)"))
-            }
-        }
-        return try result.get()
-    }
-
-    func shutdown() {
-        let client = state.withLock { state -> HTTPClient? in
-            state.closed = true
-            defer { state.client = nil }
-            return state.client
-        }
-        client?.shutdown()
     }
 }
