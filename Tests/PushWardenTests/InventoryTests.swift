@@ -36,8 +36,8 @@ import Testing
     static func unregister(_ token: String) -> String { #"{"push_token":"\#(token)"}"# }
 
     /// The registration operations behind the sidecar: what the server-to-server API calls.
-    static func registrar(_ h: SidecarHarness) -> Registrar { h.sidecar.handler.registrar }
-    static func app(_ h: SidecarHarness) throws -> AppRuntime { try #require(h.sidecar.handler.apps[h.app] as AppRuntime?) }
+    static func registrar(_ h: SidecarHarness) -> Registrar { h.sidecar.registrar }
+    static func app(_ h: SidecarHarness) throws -> AppRuntime { try #require(h.sidecar.apps[id: h.app]) }
 
     static func list(_ h: SidecarHarness, _ contact: String) async throws -> [InstallationSummary] {
         try await registrar(h).installations(of: contact, in: try app(h))

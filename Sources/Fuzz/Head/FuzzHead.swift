@@ -47,7 +47,7 @@ let handler: ClientAPIHandler = {
     let store = MemoryStore()
     let registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                               identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
-    return ClientAPIHandler(apps: ["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])],
+    return ClientAPIHandler(apps: AppTable(["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])]),
                             registrar: registrar, rateLimiter: RateLimiter(store: store, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
 }()
 
@@ -101,7 +101,7 @@ func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard tooLarge.status == 413 else { violated("payloadTooLarge answered \(tooLarge.status)") }
     checkEnvelope(tooLarge, headers: headers)
     // A JWT app's session check is decided on the loop, never a lookup.
-    guard case .decided = handler.apps["demo"]!.sessions.check(headers) else { violated("a JWT session check was not decided at once") }
+    guard case .decided = handler.apps[id: "demo"]!.sessions.check(headers) else { violated("a JWT session check was not decided at once") }
     return 0
 }
 

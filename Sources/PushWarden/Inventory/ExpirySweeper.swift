@@ -8,7 +8,7 @@ import Providers
 struct ExpirySweeper: Sendable {
     let registrar: Registrar
     /// The apps in force (a reload may change them between passes).
-    let apps: @Sendable () -> [String: AppRuntime]
+    let apps: AppTable
     let metrics: Metrics
     let logger: Logger
     /// Names this replica's lease.
@@ -21,7 +21,7 @@ struct ExpirySweeper: Sendable {
     func run() async {
         while !Task.isCancelled {
             var pauseMillis = 60_000
-            for app in apps().values {
+            for app in apps.all.values {
                 guard let expire = app.policy.inventory.expireAfterMillis else { continue }
                 let interval = Self.intervalMillis(expireAfterMillis: expire)
                 pauseMillis = min(pauseMillis, interval)

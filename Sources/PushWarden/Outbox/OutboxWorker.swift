@@ -20,8 +20,9 @@ import Synchronization
 final class OutboxWorker: Sendable {
     let streams: OutboxStreams
     let target: OutboxStreams.Upstream
-    /// The running app (looked up on every pass, so a reloaded policy's keys are the ones used).
-    let app: @Sendable () -> AppRuntime?
+    /// The apps in force: the worker's app is looked up on every pass, so a reloaded policy's
+    /// keys are the ones used.
+    let apps: AppTable
     let registrar: Registrar
     let consumer: String
     let metrics: Metrics
@@ -34,11 +35,11 @@ final class OutboxWorker: Sendable {
     /// a sync request's ride its loop's; none: the clients' own threads.
     let loops: [EventLoop]
 
-    init(streams: OutboxStreams, target: OutboxStreams.Upstream, app: @escaping @Sendable () -> AppRuntime?, registrar: Registrar,
+    init(streams: OutboxStreams, target: OutboxStreams.Upstream, apps: AppTable, registrar: Registrar,
          consumer: String, metrics: Metrics, logger: Logger, signal: OutboxSignal, loops: [EventLoop] = [], batch: Int = 256) {
         self.streams = streams
         self.target = target
-        self.app = app
+        self.apps = apps
         self.registrar = registrar
         self.consumer = consumer
         self.metrics = metrics
@@ -83,7 +84,7 @@ final class OutboxWorker: Sendable {
         var retries = RetrySchedule()
         var idle: UInt64 = 25
         while !Task.isCancelled {
-            guard let app = app(), let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
+            guard let app = apps[id: target.app], let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }

@@ -83,6 +83,38 @@ final class Registrar: Sendable {
                                                    credential: adapter.forwardedCredential(origin.context)))
     }
 
+    /// A registration from the client API, its one entry: plans it (a refusing primary answers at
+    /// once), looks every dedupe entry up on `loop`, and when every upstream has it already answers
+    /// right there, with no task or thread hop (the hot path of a registration storm); otherwise
+    /// registers in a task that prefers `loop`. `completion` is called once: on `loop` for a
+    /// refusal or a hit, from the task otherwise. Call on `loop`.
+    func register(_ installation: Installation, from origin: Origin, on loop: EventLoop,
+                  completion: @escaping @Sendable (Result<[(String, UpstreamOutcome)], ContractError>) -> Void) {
+        let plan: RegisterPlan
+        do throws(ContractError) {
+            plan = try self.plan(installation, for: origin)
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        plan.lookUp(in: deduper.store, on: loop) { [self] cached in
+            if let unchanged = plan.outcomesIfUnchanged(cached) {
+                for (name, outcome) in unchanged where outcome.isUnchanged {
+                    metrics.dedupeHit(app: origin.appID, upstream: name)
+                }
+                logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID),
+                                            ("token", Redact.token(installation.pushToken)),
+                                            ("contact", Redact.contact(origin.context.contactID))])
+                completion(.success(unchanged))
+                seen(installation, plan: plan, outcomes: unchanged, origin: origin)
+                return
+            }
+            Task(executorPreference: loop) { [self] in
+                completion(.success(await register(installation, plan: plan, cached: cached, from: origin)))
+            }
+        }
+    }
+
     /// Registers `installation` at every upstream of the plan, through dedupe; `cached` holds what
     /// the request's loop already looked up (one value per step, or none). After a rotation that
     /// the primary took, the previous token is retired where the new one was forwarded.

@@ -8,15 +8,15 @@ enum BackgroundTasks {
     /// One worker per upstream the outbox delivers for, and a sampler for its metrics (which also
     /// renews this process's layout record). Workers look their app up in the running policy on
     /// every pass.
-    static func startOutbox(_ outbox: Outbox, handler: ClientAPIHandler, registrar: Registrar, metrics: Metrics,
-                                    loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
+    static func startOutbox(_ outbox: Outbox, apps: AppTable, registrar: Registrar, metrics: Metrics,
+                            loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
-        let apps = handler.apps
+        let inForce = apps.all
         for target in outbox.watched {
-            if apps[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
+            if inForce[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
                 metrics.outboxWatched(app: target.app, upstream: target.upstream)
             }
-            let worker = OutboxWorker(streams: outbox.streams, target: target, app: { handler.apps[target.app] }, registrar: registrar,
+            let worker = OutboxWorker(streams: outbox.streams, target: target, apps: apps, registrar: registrar,
                                       consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target),
                                       loops: loops, batch: Self.batch(inFlight: inFlight, shards: target.shards))
             tasks.append(Task.detached { await worker.run() })
@@ -59,9 +59,9 @@ enum BackgroundTasks {
     }
 
     /// The inventory's expiry sweeper (it idles while no app sets `inventory.expire_after`).
-    static func startSweeper(registrar: Registrar, handler: ClientAPIHandler, metrics: Metrics, logger: Logger) -> Task<Void, Never> {
-        for app in handler.apps.values where app.policy.inventory.expireAfterMillis != nil { metrics.inventoryWatched(app: app.policy.id) }
-        let sweeper = ExpirySweeper(registrar: registrar, apps: { handler.apps }, metrics: metrics, logger: logger)
+    static func startSweeper(registrar: Registrar, apps: AppTable, metrics: Metrics, logger: Logger) -> Task<Void, Never> {
+        for app in apps.all.values where app.policy.inventory.expireAfterMillis != nil { metrics.inventoryWatched(app: app.policy.id) }
+        let sweeper = ExpirySweeper(registrar: registrar, apps: apps, metrics: metrics, logger: logger)
         return Task.detached { await sweeper.run() }
     }
 }

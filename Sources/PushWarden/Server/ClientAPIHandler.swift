@@ -23,29 +23,19 @@ import Synchronization
 /// Every refusal is a `ContractError` rendered in the contract's envelope; every answer is
 /// counted in metrics here.
 public final class ClientAPIHandler: HTTPHandler {
-    /// The apps in force, swapped whole by a policy reload. A request resolves its `AppRuntime`
-    /// once, in `decide`, and keeps it: requests in flight finish on the policy they began with.
-    private let appTable: Mutex<[String: AppRuntime]>
-    var apps: [String: AppRuntime] { appTable.withLock { $0 } }
+    /// The apps in force. A request resolves its `AppRuntime` once, in `decide`, and keeps it.
+    let apps: AppTable
     let registrar: Registrar
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
 
-    init(apps: [String: AppRuntime], registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
-        self.appTable = Mutex(apps)
+    init(apps: AppTable, registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
+        self.apps = apps
         self.registrar = registrar
         self.rateLimiter = rateLimiter
         self.metrics = metrics
         self.logger = logger
-    }
-
-    /// Puts `apps` in force for requests whose head arrives from now on; returns the apps they replace.
-    func replaceApps(_ apps: [String: AppRuntime]) -> [String: AppRuntime] {
-        appTable.withLock { table in
-            defer { table = apps }
-            return table
-        }
     }
 
     // MARK: 1. Before the body
@@ -148,32 +138,13 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    /// A registration: the plan and its dedupe lookups on the loop; the answer right there when
-    /// every upstream has it already, else the registrar's work in a task.
+    /// A registration, handed to the registrar once: it answers a dedupe hit right here on the
+    /// loop, and anything else from a task of its own.
     private func register(_ installation: Installation, _ accepted: Accepted, on loop: EventLoop, responder: HTTPResponder) {
-        let requestID = accepted.requestID
-        let plan: RegisterPlan
-        do throws(ContractError) {
-            plan = try registrar.plan(installation, for: accepted.origin)
-        } catch {
-            responder.respond(answer(.failure(error), app: accepted.appLabel, route: accepted.routeLabel, requestID: requestID))
-            return
-        }
-        plan.lookUp(in: registrar.deduper.store, on: loop) { [self] cached in
-            if let unchanged = plan.outcomesIfUnchanged(cached) {
-                for (name, outcome) in unchanged where outcome.isUnchanged {
-                    metrics.dedupeHit(app: accepted.appLabel, upstream: name)
-                }
-                logger.debug("registered", [("app", accepted.appLabel), ("request_id", requestID),
-                                            ("token", Redact.token(installation.pushToken)),
-                                            ("contact", Redact.contact(accepted.session.contactID))])
-                responder.respond(answer(upstreams(unchanged, accepted), accepted))
-                registrar.seen(installation, plan: plan, outcomes: unchanged, origin: accepted.origin)
-                return
-            }
-            Task(executorPreference: loop) { [self] in
-                let outcomes = await registrar.register(installation, plan: plan, cached: cached, from: accepted.origin)
-                responder.respond(answer(upstreams(outcomes, accepted), accepted))
+        registrar.register(installation, from: accepted.origin, on: loop) { [self] result in
+            switch result {
+            case .success(let outcomes): responder.respond(answer(upstreams(outcomes, accepted), accepted))
+            case .failure(let refusal): responder.respond(answer(.failure(refusal), accepted))
             }
         }
     }
@@ -302,7 +273,7 @@ public final class ClientAPIHandler: HTTPHandler {
         }
         // A String-keyed dictionary matches canonically equivalent spellings; the id must be the bytes.
         let id = String(Substring(path[afterPrefix..<slash]))
-        guard let app = apps[id], TextRules.bytesEqual(app.policy.id, id) else { return .failure(ContractError(.notFound, "unknown app")) }
+        guard let app = apps[id: id], TextRules.bytesEqual(app.policy.id, id) else { return .failure(ContractError(.notFound, "unknown app")) }
         guard head.method == "POST" else {
             return .failure(ContractError(.methodNotAllowed, "use POST for this route"))
         }

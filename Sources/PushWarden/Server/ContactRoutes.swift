@@ -26,7 +26,7 @@ final class ContactRoutes: Sendable {
     private let tokens: Mutex<AdminTokens>
     private let administration: (any ContactAdministration)?
     /// The apps in force, looked up on every request so that a reload is seen.
-    private let apps: @Sendable () -> [String: AppRuntime]
+    private let apps: AppTable
     private let metrics: Metrics
     private let logger: Logger
     /// Where the one line per erasure goes (label `audit`), at info, never bounded.
@@ -34,7 +34,7 @@ final class ContactRoutes: Sendable {
     /// The signed evidence trail in force (policy `audit`), replaced by a reload.
     private let receipts: Mutex<AuditTrail?>
 
-    init(tokens: AdminTokens, administration: (any ContactAdministration)?, apps: @escaping @Sendable () -> [String: AppRuntime],
+    init(tokens: AdminTokens, administration: (any ContactAdministration)?, apps: AppTable,
          metrics: Metrics, logger: Logger, receipts: AuditTrail? = nil) {
         self.tokens = Mutex(tokens)
         self.receipts = Mutex(receipts)
@@ -111,7 +111,7 @@ final class ContactRoutes: Sendable {
             return .failure(Refusal(error: ContractError(.unauthorized, "a valid admin token is required")))
         }
         // A String-keyed dictionary matches canonically equivalent spellings; the id must be the bytes.
-        guard let app = apps()[id], TextRules.bytesEqual(app.policy.id, id) else {
+        guard let app = apps[id: id], TextRules.bytesEqual(app.policy.id, id) else {
             return .failure(Refusal(error: ContractError(.notFound, "unknown app")))
         }
         let operation: Operation

@@ -35,14 +35,14 @@ extension Sidecar {
                                    + "the store keys are read at start only; restart to change them")
             }
             adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
-            trail = try Self.auditTrail(policy, store: handler.registrar.deduper.store, secrets: builder.secrets)
+            trail = try Self.auditTrail(policy, store: store, secrets: builder.secrets)
             apps = try await builder.build(policy)
             if signed, let version { try await Self.admit(version, policy: policy, record: serials) }
         } catch {
             reloadFailed([error.description], policy: policy.sourcePath)
             return .failure(ReloadError(description: error.description))
         }
-        let old = handler.replaceApps(apps)
+        let old = self.apps.replace(with: apps)
         contactRoutes.replaceTokens(adminTokens)
         contactRoutes.replaceReceipts(trail)
         for app in apps.values { app.jwks?.start() }

@@ -19,8 +19,14 @@ public final class Sidecar: Sendable {
     let httpClient: HTTPClient?
     let redis: RedisClient?
     let logger: Logger
-    /// Internal for tests: the registration operations behind it are what the admin API calls.
+    /// Internal for tests: the client API's edge.
     let handler: ClientAPIHandler
+    /// The apps in force: a reload swaps them; the edges, the workers and the sweeper read them.
+    let apps: AppTable
+    /// The registration operations behind both APIs, the workers and the sweeper.
+    let registrar: Registrar
+    /// The store chosen at start (a reload judges the audit block against it).
+    let store: any DedupeStore
     /// The server-to-server API on the admin listener; a reload replaces its tokens.
     let contactRoutes: ContactRoutes
     let builder: AppBuilder
@@ -188,11 +194,15 @@ public final class Sidecar: Sendable {
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
                                   outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, logger: logger.with(label: "inventory")))
-        let handler = ClientAPIHandler(apps: apps, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
+        let table = AppTable(apps)
+        self.apps = table
+        self.registrar = registrar
+        self.store = chosenStore
+        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
-        let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: { handler.apps }, metrics: metrics,
+        let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
                                           logger: logger, receipts: trail)
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
@@ -223,9 +233,9 @@ public final class Sidecar: Sendable {
         }
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
-        outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, handler: handler, registrar: registrar, metrics: sharedMetrics, loops: loops,
+        outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, apps: table, registrar: registrar, metrics: sharedMetrics, loops: loops,
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
-            + [BackgroundTasks.startSweeper(registrar: registrar, handler: handler, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
+            + [BackgroundTasks.startSweeper(registrar: registrar, apps: table, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
                BackgroundTasks.startHeapTrim()]
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256, serial: policy.serial) }
@@ -286,12 +296,12 @@ public final class Sidecar: Sendable {
     /// and the store.
     public func shutdown(gracePeriodSeconds: Double) async {
         logger.info("shutting down", [("grace_seconds", String(gracePeriodSeconds))])
-        for app in handler.apps.values { app.jwks?.stop() }
+        for app in apps.all.values { app.jwks?.stop() }
         for task in outboxTasks { task.cancel() }
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
         for task in outboxTasks { await task.value }
-        let pending = handler.registrar.deduper.pending
+        let pending = registrar.deduper.pending
         if await !pending.flushed(withinMillis: UInt64(max(1, gracePeriodSeconds) * 1000)) {
             logger.error("stopped with store writes still waiting: their records are lost", [("writes", String(pending.count))])
         }
