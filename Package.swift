@@ -40,10 +40,23 @@ let package = Package(
         /// context, failures, transports) and one folder per provider with its adapter and error codes.
         /// Their policy settings stay in PWPolicy/Providers, which the policy loader reads below this layer.
         .target(name: "Providers", dependencies: ["PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "Loops", "HTTPClient"]),
+        /// The registration runtime: the operations (Registrar, Deduper, plans, keys), the apps in
+        /// force (AppRuntime, AppTable), the inventory and outbox logic, sessions, upstream calls, and
+        /// the store protocols with the in-memory stores. No Redis and no HTTP server in sight.
+        .target(name: "Registration", dependencies: [
+            "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPClient", "Providers",
+        ]),
+        /// Every Redis-backed store behind the runtime's protocols (dedupe, identities, inventory,
+        /// outbox streams, shared rate limits, policy serials, the audit trail) and their scripts.
+        .target(name: "RedisStores", dependencies: ["PWCore", "PWPolicy", "PWCrypto", "Loops", "RedisClient", "Providers", "Registration"]),
+        /// The HTTP edges (client API, admin and server-to-server API) and the composition root.
         .target(name: "PushWarden", dependencies: [
             "PWCore", "PWPolicy", "ClientAPI", "PWCrypto", "SessionAuth", "Loops", "HTTPServer", "HTTPClient", "RedisClient", "Providers",
+            "Registration", "RedisStores",
         ]),
-        .executableTarget(name: "pushwarden", dependencies: ["PushWarden", "PWPolicy", "PWCore", "SessionAuth", "PWCrypto", "HTTPClient", "CShims"]),
+        .executableTarget(name: "pushwarden", dependencies: [
+            "PushWarden", "Registration", "RedisStores", "PWPolicy", "PWCore", "SessionAuth", "PWCrypto", "HTTPClient", "CShims",
+        ]),
 
         // MARK: Tests
         .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "Loops", "HTTPServer", "HTTPClient", "RedisClient"]),
@@ -59,7 +72,7 @@ let package = Package(
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "Loops", "PushWardenTestSupport"]),
         .testTarget(name: "PushWardenTests", dependencies: [
-            "PushWarden", "Providers", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
+            "PushWarden", "Providers", "Registration", "RedisStores", "PushWardenTestSupport", "PWPolicy", "PWCore", "ClientAPI", "SessionAuth", "PWCrypto", "HTTPClient",
             "RedisClient", "Loops",
         ]),
     ],
@@ -82,7 +95,7 @@ if Context.environment["PUSHWARDEN_FUZZ"] == "1" {
         .executableTarget(name: "fuzz-policy", dependencies: ["FuzzSupport", "PWPolicy"], path: "Sources/Fuzz/Policy", swiftSettings: library),
         .executableTarget(name: "fuzz-endpoint", dependencies: ["FuzzSupport", "PWCore", "ClientAPI", "CCurl"], path: "Sources/Fuzz/Endpoint", swiftSettings: library),
         .executableTarget(name: "fuzz-request", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "ClientAPI"], path: "Sources/Fuzz/Request", swiftSettings: library),
-        .executableTarget(name: "fuzz-head", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "SessionAuth", "HTTPServer", "PushWarden"],
+        .executableTarget(name: "fuzz-head", dependencies: ["FuzzSupport", "PWCore", "PWPolicy", "SessionAuth", "HTTPServer", "PushWarden", "Registration"],
                           path: "Sources/Fuzz/Head", swiftSettings: library),
     ]
 }

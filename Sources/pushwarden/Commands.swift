@@ -6,6 +6,8 @@ import PWCore
 import PWCrypto
 import PWPolicy
 import PushWarden
+import RedisStores
+import Registration
 
 // MARK: dev-token
 

@@ -3,6 +3,8 @@ import PWCore
 import PWPolicy
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// Several upstreams for one app: the primary answers the client, shadows are best effort, and

@@ -6,6 +6,8 @@ import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The evidence trail of erasures: each erasure's answer carries a signed receipt chained to the

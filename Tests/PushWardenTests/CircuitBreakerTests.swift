@@ -7,6 +7,8 @@ import PWPolicy
 @testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Synchronization
 import Testing
 

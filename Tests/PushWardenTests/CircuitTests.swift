@@ -2,6 +2,8 @@ import Foundation
 import PWCore
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The circuit breaker end to end: a real sidecar in front of a mock Voyado scripted to fail.

@@ -4,6 +4,8 @@ import PWCore
 @testable import PushWarden
 import PushWardenTestSupport
 @testable import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Synchronization
 import Testing
 

@@ -2,6 +2,8 @@ import Foundation
 import HTTPClient
 import PWCore
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The `pushwarden` binary as an operator runs it: the README walkthrough, end to end.

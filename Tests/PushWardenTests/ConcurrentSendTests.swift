@@ -1,8 +1,10 @@
 import Foundation
+@testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
-@testable import PushWarden
 
 /// Many commands sent concurrently come back as many replies, each in its command's place. The
 /// release build once returned one reply in 257 here (a child task's index was never written) and

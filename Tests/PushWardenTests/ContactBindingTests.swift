@@ -2,6 +2,8 @@ import Foundation
 import PWCore
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -4,6 +4,8 @@ import PWCore
 import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The client-facing contract over real HTTP: routing, media type, sizes, sessions, envelopes.

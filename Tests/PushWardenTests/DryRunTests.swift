@@ -4,6 +4,8 @@ import PWCore
 import PWPolicy
 @testable import Providers
 @testable import PushWarden
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// `dry_run` emulating each provider, through a real sidecar: the emulated provider's own adapter

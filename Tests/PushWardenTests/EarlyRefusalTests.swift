@@ -2,6 +2,8 @@ import Foundation
 import PWCore
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// Requests refused before routing (framing, head syntax) as a client of the sidecar sees them:

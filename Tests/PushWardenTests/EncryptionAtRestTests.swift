@@ -7,6 +7,8 @@ import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// `store.encryption_key` (CONTRACT section 8): with a key set, no push token and no Web Push

@@ -1,6 +1,8 @@
 import Foundation
 import PWPolicy
 import PushWarden
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// `pushwarden policy explain --format html` as an operator runs it.

@@ -6,6 +6,8 @@ import PWPolicy
 @testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// End to end against a mock Fluxer that follows seed document 002: what Fluxer receives, byte

@@ -5,6 +5,8 @@ import PWPolicy
 @testable import Providers
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Synchronization
 import Testing

@@ -3,6 +3,8 @@ import PWCore
 @testable import PushWarden
 import PushWardenTestSupport
 @testable import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The inventory's index in Redis (README, Key layout): each token's holder and last-seen entry in

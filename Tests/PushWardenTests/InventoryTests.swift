@@ -6,6 +6,8 @@ import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// Each contact's installations (contract section 8) over real HTTP, real mock providers and a

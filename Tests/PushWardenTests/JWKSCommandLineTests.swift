@@ -1,6 +1,8 @@
 import Foundation
 import PWCore
 import PWCrypto
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -6,6 +6,8 @@ import PWCrypto
 import PWPolicy
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Synchronization
 import Testing

@@ -2,6 +2,8 @@ import Foundation
 import PWCore
 @testable import Providers
 import PushWarden
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Synchronization
 import Testing

@@ -8,6 +8,8 @@ import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -6,6 +6,8 @@ import PWPolicy
 @testable import Providers
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// End to end against a mock Native Notify that follows seed document 003: what the sidecar sends

@@ -5,6 +5,8 @@ import PWPolicy
 @testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// Durable delivery through the Redis Streams outbox, against a real redis-server and real mock

@@ -5,6 +5,8 @@ import PWPolicy
 @testable import Providers
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// Numbers that come from outside (a provider's `Retry-After`, a body's `retry_after`) are

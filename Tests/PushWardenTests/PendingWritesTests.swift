@@ -1,6 +1,8 @@
 import Foundation
 import PWCore
 @testable import PushWarden
+@testable import RedisStores
+@testable import Registration
 import Synchronization
 import Testing
 

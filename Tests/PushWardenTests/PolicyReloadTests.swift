@@ -4,6 +4,8 @@ import PWCore
 import PWCrypto
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Synchronization
 import Testing

@@ -1,9 +1,11 @@
 import PWCore
 import PWPolicy
+@testable import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
-@testable import PushWarden
 
 /// The record of the highest signed policy version (`PolicySerialRecord`): in Redis, one script
 /// that only ever raises it; in the process, the same rules.

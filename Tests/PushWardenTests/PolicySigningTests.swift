@@ -1,5 +1,7 @@
 import Foundation
 import PWCrypto
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// `pushwarden policy sign|verify` and `serve --policy-key` (CONTRACT.md section 9), with keys

@@ -6,6 +6,8 @@ import PWPolicy
 @testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// PushNotice end to end: a real sidecar, real Redis, and a mock PushNotice that is a real HTTP

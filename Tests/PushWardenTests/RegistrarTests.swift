@@ -6,6 +6,8 @@ import PWPolicy
 @testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -1,5 +1,7 @@
 import PWCrypto
 @testable import PushWarden
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The names a registration's state is kept under (README, Key layout): pinned against a digest

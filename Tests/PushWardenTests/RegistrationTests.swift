@@ -3,6 +3,8 @@ import PWCore
 @testable import Providers
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// End to end: real sidecar, real Redis, a mock Voyado that is a real HTTP server following the

@@ -2,11 +2,13 @@ import Foundation
 import HTTPClient
 import PWCore
 import PWPolicy
-import PushWardenTestSupport
-import Synchronization
-import Testing
 @testable import Providers
 @testable import PushWarden
+import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
+import Synchronization
+import Testing
 
 /// The server-to-server API's HTTP edge (contract section 8) on a real sidecar over loopback
 /// HTTP, in front of `RecordingAdministration`, which stands in for the inventory's operations

@@ -5,6 +5,8 @@ import PWPolicy
 import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -3,6 +3,8 @@ import Loops
 import PushWarden
 import PushWardenTestSupport
 import RedisClient
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// The dedupe store's operations behave the same in memory and in Redis.

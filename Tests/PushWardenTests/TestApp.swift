@@ -3,6 +3,8 @@ import PWCore
 import PWPolicy
 @testable import Providers
 @testable import PushWarden
+@testable import RedisStores
+@testable import Registration
 import SessionAuth
 import Testing
 

@@ -1,4 +1,6 @@
 @testable import PushWarden
+@testable import RedisStores
+@testable import Registration
 import Synchronization
 import Testing
 

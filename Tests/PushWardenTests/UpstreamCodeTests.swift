@@ -6,6 +6,8 @@ import PWCrypto
 @testable import Providers
 import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// What of a provider's error code reaches the client's `upstream_code` and the logs: the codes

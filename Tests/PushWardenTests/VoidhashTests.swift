@@ -6,6 +6,8 @@ import PWPolicy
 @testable import Providers
 @testable import PushWarden
 import PushWardenTestSupport
+@testable import RedisStores
+@testable import Registration
 import Testing
 
 /// End to end against a mock Voidhash that follows seed document 000: exactly what Voidhash

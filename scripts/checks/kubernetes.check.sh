@@ -56,7 +56,7 @@ trap cleanup EXIT
 
 echo "-- the manifests' structure, the policy and its secrets"
 serve_watch=false
-grep -q '"watch"' Sources/pushwarden/main.swift && serve_watch=true
+grep -rq '"watch"' Sources/pushwarden/ && serve_watch=true
 # Writes $work/policy.yaml (as mapped into $work/pod) and $work/env (NAME=VALUE lines) for the start below.
 "$VENV/bin/python" - "$K8S_DIR" "$work" "$serve_watch" <<'PY' || failed=1
 import os, re, sys, yaml

@@ -1,9 +1,10 @@
 import FuzzSupport
+@testable import HTTPServer
 import PWCore
 import PWPolicy
-import SessionAuth
-@testable import HTTPServer
 @testable import PushWarden
+import Registration
+import SessionAuth
 
 /// The request head, before any body byte is read: the server's target split and body
 /// announcement (HTTPServer) and the client API's decision (`ClientAPIHandler.decide`: route,
@@ -48,7 +49,7 @@ let handler: ClientAPIHandler = {
     let registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                               identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
     return ClientAPIHandler(apps: AppTable(["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])]),
-                            registrar: registrar, rateLimiter: RateLimiter(store: store, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
+                            registrar: registrar, rateLimiter: RateLimiter(shared: nil, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
 }()
 
 let routes = ["/v1/apps/demo/installations", "/v1/apps/demo/installations/unregister", "/v1/apps/demo/events"].map { Array($0.utf8) }

@@ -1,6 +1,8 @@
 import PWCore
 import PWCrypto
 import RedisClient
+import RedisStores
+import Registration
 
 /// `pushwarden audit verify`: reads an app's trail whole and says whether it is complete and
 /// unedited under a public key. Each finding names the stream entry and the receipt's `seq`.

@@ -2,6 +2,8 @@ import PWCore
 import PWPolicy
 import Providers
 import RedisClient
+import RedisStores
+import Registration
 
 /// `pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--app A] [--upstream U]`: what
 /// the dead-letter streams hold, tokens as short hashes; put back into the outbox; or deleted.

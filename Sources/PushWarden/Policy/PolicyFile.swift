@@ -4,6 +4,7 @@ import Glibc
 import PWCore
 import PWCrypto
 import PWPolicy
+import Registration
 
 /// A policy file as `serve` reads it, at start and at every reload: its bytes read once, their
 /// Ed25519 signature checked (with `--policy-key`) before anything is parsed, their SHA-256

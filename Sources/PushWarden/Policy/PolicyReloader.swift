@@ -4,6 +4,7 @@ import Glibc
 import PWCore
 import PWCrypto
 import PWPolicy
+import Registration
 import Synchronization
 
 /// Reloads the policy file of a running sidecar on request (`SIGHUP`) and, with `serve --watch`,

@@ -1,5 +1,6 @@
 import HTTPServer
 import PWCore
+import Registration
 
 /// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`, and the
 /// server-to-server API (`ContactRoutes`, behind the admin token).

@@ -1,6 +1,7 @@
 import PWCore
 import PWCrypto
 import PWPolicy
+import Registration
 
 /// One admin bearer token in force (policy `admin.token` or `apps.<id>.admin.token`), kept only
 /// as its SHA-256: the value itself is dropped once hashed, so no copy of it outlives start-up or

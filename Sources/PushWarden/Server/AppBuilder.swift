@@ -2,6 +2,7 @@ import HTTPClient
 import PWCore
 import PWPolicy
 import Providers
+import Registration
 import SessionAuth
 
 /// Makes `AppRuntime`s from a policy: at start and, the same way, at every reload.

@@ -1,5 +1,6 @@
 import Loops
 import PWCore
+import Registration
 
 /// The work a running sidecar does besides answering requests: one outbox worker per upstream and
 /// the outbox's metrics sampler, the inventory's expiry sweeper, and the heap trim. Each is a

@@ -1,6 +1,8 @@
 import HTTPServer
 import PWCore
 import Providers
+import RedisStores
+import Registration
 import SessionAuth
 import Synchronization
 

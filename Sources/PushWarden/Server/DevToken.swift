@@ -1,5 +1,6 @@
 import PWCore
 import PWPolicy
+import Registration
 import SessionAuth
 
 /// Mints session tokens for local trials (`pushwarden dev-token`), only for apps whose sessions

@@ -1,7 +1,7 @@
 import Loops
 import PWCore
 import PWPolicy
-import RedisClient
+import Registration
 import Synchronization
 
 /// Per-contact request limits from the policy (`client.rate_limits`).
@@ -27,31 +27,13 @@ final class RateLimiter: Sendable {
     }
 
     private let state = Mutex(State())
-    private let redis: RedisStore?
+    private let shared: (any SharedRateLimits)?
     private let metrics: Metrics
     private let logger: Logger
 
-    /// KEYS[1] the contact's state for the route: its theoretical arrival time (ms, as text).
-    /// ARGV[1] requests, ARGV[2] period (ms). Returns 0 when admitted, else the milliseconds
-    /// until a request would be.
-    static let gcraScript = LuaScript("""
-        local time = redis.call('TIME')
-        local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-        local period = tonumber(ARGV[2])
-        local interval = period / tonumber(ARGV[1])
-        local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-        if tat < now then tat = now end
-        local admitAt = tat + interval - period
-        if now < admitAt then return math.ceil(admitAt - now) end
-        tat = tat + interval
-        redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now))
-        return 0
-        """)
-
-    /// - Parameter store: a `RedisStore` shares the limits through its Redis; any other store keeps
-    ///   them in this process.
-    init(store: any DedupeStore, metrics: Metrics, logger: Logger) {
-        redis = store as? RedisStore
+    /// - Parameter shared: where the limits are shared (the Redis store); nil keeps them in this process.
+    init(shared: (any SharedRateLimits)?, metrics: Metrics, logger: Logger) {
+        self.shared = shared
         self.metrics = metrics
         self.logger = logger
     }
@@ -65,26 +47,23 @@ final class RateLimiter: Sendable {
             completion(nil)
             return
         }
-        guard let redis else {
+        guard let shared else {
             completion(admitLocally(app: app, route: route, contactID: contactID, limit: limit))
             return
         }
         let key = ContactKeys(app: app.id, contactID: contactID).rateLimit(route: route)
-        redis.evaluate(Self.gcraScript, keys: [key], arguments: [String(limit.requests), String(UInt64(limit.perSeconds) * 1000)],
-                       on: loop) { [self] result in
+        shared.admit(key, requests: limit.requests, periodMillis: UInt64(limit.perSeconds) * 1000, on: loop) { [self] result in
             completion(verdict(result, app: app.id, route: route))
         }
     }
 
-    private func verdict(_ result: Result<RedisReply, StoreError>, app: String, route: String) -> ContractError? {
+    private func verdict(_ result: Result<Int64, StoreError>, app: String, route: String) -> ContractError? {
         let why: String
         switch result {
-        case .success(.integer(let wait)):
+        case .success(let wait):
             guard wait > 0 else { return nil }
             let seconds = Int((wait + 999) / 1000)
             return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: max(1, seconds))
-        case .success:
-            why = "unexpected reply"
         case .failure(let error):
             why = error.detail
         }

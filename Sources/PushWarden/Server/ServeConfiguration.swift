@@ -3,6 +3,7 @@ import Glibc
 #endif
 import HTTPServer
 import PWCore
+import Registration
 
 /// Process-level settings that are not policy: where to listen, which store, how loud to log.
 /// Flags win over `PUSHWARDEN_*` environment variables, which win over these defaults.

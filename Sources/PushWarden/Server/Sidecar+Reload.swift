@@ -1,5 +1,7 @@
 import PWCore
 import PWPolicy
+import RedisStores
+import Registration
 
 /// Reloading the policy in force, and the versions a signed policy is judged by.
 extension Sidecar {

@@ -6,6 +6,8 @@ import PWCrypto
 import PWPolicy
 import Providers
 import RedisClient
+import RedisStores
+import Registration
 import SessionAuth
 import Synchronization
 
@@ -190,7 +192,7 @@ public final class Sidecar: Sendable {
         let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
-        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer) }
+        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer), apps: Array(apps.values)) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
                                   outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, logger: logger.with(label: "inventory")))
@@ -198,7 +200,7 @@ public final class Sidecar: Sendable {
         self.apps = table
         self.registrar = registrar
         self.store = chosenStore
-        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(store: chosenStore, metrics: metrics, logger: logger.with(label: "rate-limit")),
+        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(shared: chosenStore as? any SharedRateLimits, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler

@@ -1,0 +1,322 @@
+import Loops
+import PWCore
+import PWCrypto
+import PWPolicy
+import Providers
+import Synchronization
+
+/// Delivers one upstream's outbox: in every shard whose lease it holds, it reads what waits (its
+/// own unacknowledged entries first, then new ones, after taking over entries a stopped replica
+/// left pending past `claim_after`) and delivers them through the registrar's single-upstream
+/// operations, the very code a sync request runs.
+///
+/// Order: one token's deliveries share a shard and are delivered one after another, in the order
+/// they were accepted; a delivery waiting to be retried holds back the later ones of its token
+/// (other tokens go on). An entry is acknowledged only once the upstream took it, refused it
+/// finally (dead-lettered with its answer), or it outlived `queue.max_age` (dead-lettered).
+///
+/// Thread-safety: `run` runs one child task per shard; each shard's state (retry times per token)
+/// is that task's own.
+package final class OutboxWorker: Sendable {
+    let streams: any OutboxQueue
+    let target: OutboxTarget
+    /// The apps in force: the worker's app is looked up on every pass, so a reloaded policy's
+    /// keys are the ones used.
+    let apps: AppTable
+    let registrar: Registrar
+    let consumer: String
+    let metrics: Metrics
+    let logger: Logger
+    /// Wakes the worker at once when this process queued something.
+    let signal: OutboxSignal
+    /// How many entries one pass reads from a shard.
+    let batch: Int
+    /// The event loops whose connections carry the deliveries (shard by shard, round robin), as
+    /// a sync request's ride its loop's; none: the clients' own threads.
+    let loops: [EventLoop]
+
+    package init(streams: any OutboxQueue, target: OutboxTarget, apps: AppTable, registrar: Registrar,
+         consumer: String, metrics: Metrics, logger: Logger, signal: OutboxSignal, loops: [EventLoop] = [], batch: Int = 256) {
+        self.streams = streams
+        self.target = target
+        self.apps = apps
+        self.registrar = registrar
+        self.consumer = consumer
+        self.metrics = metrics
+        self.logger = logger
+        self.signal = signal
+        self.batch = batch
+        self.loops = loops
+    }
+
+    /// Until the task is cancelled (shutdown): then in-flight deliveries finish, leases are given
+    /// back, and what was read but not delivered stays pending for the next holder.
+    ///
+    /// Shards are independent (a token lives in one), so each runs its own loop: one shard's slow
+    /// batch does not hold back the others.
+    package func run() async {
+        guard await prepare() else { return }
+        await withTaskGroup(of: Void.self) { group in
+            for shard in 0..<target.shards {
+                group.addTask { [self] in await run(shard) }
+            }
+        }
+    }
+
+    /// Creates the shards' streams and group, retrying until Redis takes it; false if cancelled first.
+    private func prepare() async -> Bool {
+        while !Task.isCancelled {
+            do {
+                try await streams.prepare(target)
+                return true
+            } catch {
+                logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                    ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+                await signal.wait(upTo: 1000)
+            }
+        }
+        return false
+    }
+
+    /// One shard's loop: while its lease is held, read what waits and deliver it; then give the
+    /// lease back.
+    private func run(_ shard: Int) async {
+        var retries = RetrySchedule()
+        var idle: UInt64 = 25
+        while !Task.isCancelled {
+            guard let app = apps[id: target.app], let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            // An open circuit: queued deliveries wait instead of hammering; the first call after
+            // `open_for` is the probe.
+            if let wait = caller.circuitWaitMillis {
+                await signal.wait(upTo: UInt64(max(1, wait)))
+                continue
+            }
+            let pass = await pass(over: shard, app: app, caller: caller, claimAfterMillis: caller.policy.queue.claimAfterMillis,
+                                  retries: &retries)
+            // Busy: go straight on. Idle: wait for this process's next enqueue, or a while
+            // (other replicas' entries, retries coming due), longer the longer it stays idle.
+            if pass.left > 0 {
+                idle = 25
+            } else if pass.read > 0, pass.tried == 0, let due = retries.nextDueIn() {
+                // Everything read waits for its retry (an outage): no pass before the soonest is
+                // due (at most a second, for tokens queued meanwhile), however often this process
+                // enqueues; re-reading the same waiting batch on every enqueue only burns CPU.
+                try? await Task.sleep(for: .milliseconds(min(max(1, due), 1000)))
+            } else {
+                await signal.wait(upTo: min(idle, retries.nextDueIn().map { max(1, $0) } ?? idle))
+                idle = min(idle * 2, 1000)
+            }
+        }
+        await streams.release(shard, of: target, owner: consumer)
+    }
+
+    /// One shard's turn: its lease, what waits in it, and delivering that.
+    private func pass(over shard: Int, app: AppRuntime, caller: UpstreamCaller, claimAfterMillis: Int,
+                      retries: inout RetrySchedule) async -> Pass {
+        do {
+            guard try await streams.hold(shard, of: target, owner: consumer, millis: claimAfterMillis) else { return Pass() }
+            let messages = try await streams.read(shard, of: target, consumer: consumer, count: batch, claimAfterMillis: claimAfterMillis)
+            var pass = await deliver(messages, shard: shard, app: app, caller: caller, retries: &retries)
+            pass.read = messages.count
+            return pass
+        } catch {
+            logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
+                ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
+            return Pass()
+        }
+    }
+
+    /// What one turn of a shard did.
+    struct Pass {
+        /// Entries read.
+        var read = 0
+        /// Tokens whose next delivery was due and was tried.
+        var tried = 0
+        /// Entries that left their shard (delivered or dead-lettered).
+        var left = 0
+    }
+
+    /// Delivers one shard's batch: tokens concurrently, each token's entries in order.
+    private func deliver(_ messages: [OutboxMessage], shard: Int, app: AppRuntime, caller: UpstreamCaller,
+                         retries: inout RetrySchedule) async -> Pass {
+        guard !messages.isEmpty else { return Pass() }
+        var byToken: [String: [(OutboxMessage, Result<OutboxEntry, OutboxEntry.DecodingFailure>)]] = [:]
+        var order: [String] = []
+        for message in messages {
+            // An entry whose body names another outbox than the stream it sits in was written by
+            // hand: delivered here it would reach this upstream for another app or provider.
+            let decoded = streams.decode(message).flatMap { entry -> Result<OutboxEntry, OutboxEntry.DecodingFailure> in
+                if entry.app != target.app { return .failure(.invalid("app")) }
+                if entry.upstream != target.upstream { return .failure(.invalid("upstream")) }
+                return .success(entry)
+            }
+            let key = (try? decoded.get())?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
+            if byToken[key] == nil { order.append(key) }
+            byToken[key, default: []].append((message, decoded))
+        }
+        let now = MonotonicClock.nowMillis()
+        let due = order.filter { retries.isDue($0, now: now) }
+        let schedule = retries
+        let entriesByToken = byToken
+        let results = await mapConcurrently(due) { [self] token in
+            let result = await deliver(entriesByToken[token] ?? [], shard: shard, app: app, caller: caller, schedule: schedule, token: token)
+            return (token, result)
+        }
+        var pass = Pass(tried: due.count)
+        for (token, result) in results {
+            pass.left += result.left
+            if let failure = result.retry {
+                retries.failed(token, now: MonotonicClock.nowMillis(), policy: caller.policy.retry, retryAfterSeconds: failure)
+            } else {
+                retries.succeeded(token)
+            }
+        }
+        return pass
+    }
+
+    struct TokenResult: Sendable {
+        var left = 0
+        /// Set when the token's next entry must wait: the upstream's `Retry-After` (seconds) if any.
+        var retry: Int?? = nil
+    }
+
+    private func deliver(_ entries: [(OutboxMessage, Result<OutboxEntry, OutboxEntry.DecodingFailure>)], shard: Int, app: AppRuntime,
+                         caller: UpstreamCaller, schedule: RetrySchedule, token: String) async -> TokenResult {
+        var result = TokenResult()
+        for (message, decoded) in entries {
+            do {
+                let entry: OutboxEntry
+                switch decoded {
+                case .success(let value):
+                    entry = value
+                case .failure(let failure):
+                    // Kept as it was stored (still sealed): `pushwarden outbox replay` with the right key brings it back.
+                    let reason: String
+                    if case .unreadable = failure {
+                        reason = "unreadable"
+                        logger.warning("outbox entry cannot be opened (a store key this process does not hold, or altered): dead-lettered",
+                                       [("app", target.app), ("upstream", target.upstream), ("id", message.id)])
+                    } else {
+                        reason = "malformed"
+                        logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id),
+                                                                                 ("field", failure.field)])
+                    }
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: reason, status: nil, code: nil, clearing: nil)
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                    continue
+                }
+                if Self.age(now: SystemClock.epochMillis(), accepted: entry.acceptedAtMillis) > caller.policy.queue.maxAgeMillis {
+                    logger.bounded(.warning, "outbox delivery outlived max_age: dead-lettered", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
+                        ("operation", entry.operation.rawValue), ("request_id", entry.requestID)])
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil,
+                                                 clearing: entry.registeredToken)
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                    continue
+                }
+                let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID,
+                                              loop: loops.isEmpty ? nil : loops[shard % loops.count])
+                let outcome: UpstreamOutcome
+                switch entry.operation {
+                case .register:
+                    guard let installation = entry.installation else { continue }
+                    outcome = await registrar.register(installation, at: caller, from: origin)
+                case .unregister:
+                    outcome = await registrar.unregister(entry.pushToken, at: caller, from: origin)
+                }
+                switch outcome {
+                case .forwarded, .unchanged, .skipped, .queued:
+                    try await streams.done(message.id, shard: shard, of: target, clearing: entry.registeredToken)
+                    result.left += 1
+                case .failed(.unavailable(_, let retryAfter)):
+                    result.retry = .some(retryAfter)
+                    return result  // the token's later entries wait behind this one
+                case .failed(let failure):
+                    // A final refusal: kept with the provider's answer for `pushwarden outbox`.
+                    var status: Int?
+                    var code: String?
+                    if case .rejected(_, let s, let c) = failure { status = s; code = c }
+                    if case .credentialRefused(_, let s) = failure { status = s }
+                    logger.bounded(.warning, "outbox delivery refused: dead-lettered", key: target.app + target.upstream, [
+                        ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
+                        ("operation", entry.operation.rawValue), ("code", failure.code.rawValue), ("request_id", entry.requestID)])
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code,
+                                                 clearing: entry.registeredToken)
+                    metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    result.left += 1
+                }
+            } catch {
+                // The store failed mid-way: the entry stays pending and is read again.
+                result.retry = .some(nil)
+                return result
+            }
+        }
+        return result
+    }
+
+    /// Milliseconds since `accepted`, saturated: the accept time comes from Redis, and an overflow
+    /// there would trap on every replica that claims the entry.
+    package static func age(now: Int, accepted: Int64) -> Int {
+        let (age, overflow) = Int64(now).subtractingReportingOverflow(accepted)
+        guard !overflow else { return accepted < 0 ? Int.max : Int.min }
+        return Int(age)
+    }
+}
+
+/// When each token's next delivery attempt is due: full-jitter exponential backoff from the
+/// upstream's `retry` settings, or the provider's `Retry-After`.
+package struct RetrySchedule: Sendable {
+    private var attempts: [String: Int] = [:]
+    private var dueAt: [String: UInt64] = [:]
+
+    func isDue(_ token: String, now: UInt64) -> Bool { (dueAt[token] ?? 0) <= now }
+
+    /// Milliseconds until the soonest retry, if any waits.
+    func nextDueIn() -> UInt64? {
+        guard let soonest = dueAt.values.min() else { return nil }
+        let now = MonotonicClock.nowMillis()
+        return soonest > now ? soonest - now : 0
+    }
+
+    mutating func succeeded(_ token: String) {
+        attempts[token] = nil
+        dueAt[token] = nil
+    }
+
+    mutating func failed(_ token: String, now: UInt64, policy: RetryPolicy, retryAfterSeconds: Int??) {
+        let attempt = (attempts[token] ?? 0) + 1
+        attempts[token] = attempt
+        let wait: Int
+        if case .some(.some(let seconds)) = retryAfterSeconds, seconds > 0 {
+            wait = min(seconds, 3600) * 1000
+        } else {
+            let exponential = policy.backoffMillis << min(attempt - 1, 16)
+            let bound = max(1, min(max(policy.maxBackoffMillis, policy.backoffMillis), exponential))
+            wait = Int.random(in: 1...bound)
+        }
+        dueAt[token] = now + UInt64(wait)
+    }
+}
+
+/// Wakes a waiting worker when this process queued something; otherwise it sleeps its interval.
+package final class OutboxSignal: Sendable {
+    private let generation = Atomic<UInt64>(0)
+
+    func wake() { generation.wrappingAdd(1, ordering: .releasing) }
+
+    /// Returns after `millis`, soon after the next `wake`, or at cancellation.
+    func wait(upTo millis: UInt64) async {
+        let start = generation.load(ordering: .acquiring)
+        let deadline = MonotonicClock.nowMillis() + millis
+        while !Task.isCancelled, generation.load(ordering: .acquiring) == start {
+            let now = MonotonicClock.nowMillis()
+            guard now < deadline else { return }
+            try? await Task.sleep(for: .milliseconds(min(10, deadline - now)))
+        }
+    }
+}

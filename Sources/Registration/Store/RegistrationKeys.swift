@@ -1,0 +1,148 @@
+import PWCrypto
+
+/// Where the state of one (app, upstream, push token) lives: the dedupe entry, its in-flight lock
+/// and the identity the provider handed back. One SHA-256 of the three, never the raw token,
+/// computed once per registration and carried through forward, rotation and retirement.
+///
+/// All three share one hash tag, the digest in braces (`pw:v2:{<digest>}:reg`), so on a Redis
+/// Cluster they sit in one slot: the scripts that touch the entry and the lock together run on
+/// one node. Keys of the `pw:v1:` layout (before the tags) are not read: a registration kept there
+/// is simply forwarded once more.
+public struct RegistrationKeys: Sendable, Equatable {
+    /// `pw:v2:{<digest>}:reg`. Made with the keys, in one allocation: every registration looks at
+    /// it; the others are spelled out only by the steps that need them (a dedupe hit builds no
+    /// other key).
+    public let entry: String
+    /// `pw:v2:{<digest>}:`, the prefix of every key here.
+    private var tag: Substring { entry.dropLast(3) }
+    public var lock: String { String(tag) + "lock" }
+    public var identity: String { String(tag) + "id" }
+
+    public init(app: String, upstream: String, pushToken: String) {
+        entry = SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:reg")
+    }
+}
+
+/// Where the state of one contact of one app lives, under the contact's hash tag
+/// (`pw:v2:{c:<sha256(app, contact)>}:...`): its rate-limit counters and its inventory.
+public struct ContactKeys: Sendable, Equatable, Hashable {
+    /// The hex SHA-256 of app and contact id: what other keys refer to the contact by.
+    public let digest: String
+    /// `pw:v2:{c:<digest>}:`, the prefix every key of the contact starts with.
+    public let prefix: String
+
+    public init(app: String, contactID: String) {
+        self.init(digest: KeyDigest.of(app, contactID))
+    }
+
+    /// The keys of a contact known only by its digest (the owner of a token, an expiry entry).
+    public init(digest: String) {
+        self.digest = digest
+        prefix = "pw:v2:{c:" + digest + "}:"
+    }
+
+    /// The rate-limit state of one route (`register`, `unregister`, `events`).
+    public func rateLimit(route: String) -> String { prefix + "rate:" + route }
+
+    /// The contact's installations: a hash from token digest to the sealed installation record.
+    public var inventory: String { prefix + "inv" }
+
+    /// Held by the one removal (erasure, eviction, expiry) that unregisters this installation now.
+    public func removalClaim(of token: TokenKeys) -> String { prefix + "claim:" + token.digest }
+}
+
+/// One push token of one app, as the inventory names it: by the hex SHA-256 of app and token
+/// (its field in its contact's inventory, and the name of its holder in its app's shard).
+public struct TokenKeys: Sendable, Equatable {
+    public let digest: String
+
+    public init(app: String, pushToken: String) {
+        self.init(digest: KeyDigest.of(app, pushToken))
+    }
+
+    public init(digest: String) {
+        self.digest = digest
+    }
+
+    /// Which of its app's `AppInventoryKeys.shardCount` shards holds the token: the digest's
+    /// first two hex digits (the digest is uniform, so the shards fill evenly).
+    public var shard: Int {
+        var value = 0
+        for byte in digest.utf8.prefix(2) {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value * 16 + Int(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value * 16 + Int(byte - UInt8(ascii: "a")) + 10
+            default: return 0
+            }
+        }
+        return value
+    }
+
+    /// Where builds before the shards kept the token's holder (`pw:v2:{t:<digest>}:owner`): read
+    /// when the shard has none, deleted with the installation.
+    public var legacyOwner: String { "pw:v2:{t:" + digest + "}:owner" }
+}
+
+/// The hex SHA-256 of an app id and one value, a zero byte between: what contact and token keys
+/// are named by.
+package enum KeyDigest {
+    static func of(_ app: String, _ value: String) -> String {
+        SHA256.hexHash(joining: app, value)
+    }
+}
+
+/// The per-app keys of the inventory. What every registration writes (which contact holds a token,
+/// when the installation was last seen) is spread over `shardCount` shards, each its own hash tag
+/// (`pw:v2:{inv:<app>:<shard>}:...`, `<app>` the first 16 hex digits of the app's digest, the
+/// shard the token digest's first two): on a Redis Cluster an app's writes spread over 256 slots instead of one key on one
+/// master, and a token's holder and last-seen entry sit on one node.
+public struct AppInventoryKeys: Sendable, Equatable {
+    public static let shardCount = 256
+
+    /// The hex SHA-256 of the app id.
+    public let digest: String
+    /// Indexed by `TokenKeys.shard`.
+    public let shards: [InventoryShardKeys]
+    /// The sweeper's lease: one replica at a time sweeps an app.
+    public let sweepLease: String
+    /// The whole app's last-seen index of builds before the shards: still read by the sweeper
+    /// (so installations seen only before an upgrade still expire), never written.
+    public let legacySeen: String
+
+    public init(app: String) {
+        let digest = SHA256.hexHash(Array(app.utf8))
+        let digits = Array("0123456789abcdef")
+        self.digest = digest
+        // The digest's first 16 hex digits name the app in the shards' tags: enough to tell a
+        // policy's apps apart, and 48 bytes less in each token's holder key.
+        let app = String(digest.prefix(16))
+        shards = (0..<Self.shardCount).map { index in
+            InventoryShardKeys(prefix: "pw:v2:{inv:" + app + ":" + String(digits[index / 16]) + String(digits[index % 16]) + "}:")
+        }
+        let tag = "pw:v2:{inv:" + digest + "}:"
+        sweepLease = tag + "sweep"
+        legacySeen = tag + "seen"
+    }
+
+    public func shard(of token: TokenKeys) -> InventoryShardKeys { shards[token.shard] }
+}
+
+/// One shard of an app's inventory index, under one hash tag.
+public struct InventoryShardKeys: Sendable, Equatable {
+    /// `pw:v2:{inv:<app>:<shard>}:`, the prefix of the shard's keys.
+    public let prefix: String
+    /// The shard's installations by when they were last seen: a sorted set of
+    /// `<contact digest>:<token digest>` scored by milliseconds since the epoch. What the expiry
+    /// sweeper reads, oldest first.
+    public let seen: String
+
+    init(prefix: String) {
+        self.prefix = prefix
+        seen = prefix + "seen"
+    }
+
+    /// Which contact holds the token now (the contact's digest): how a move is found and an
+    /// unregister bound to its contact. A key of its own, so that taking it answers the holder
+    /// before (`SET … GET`) without a script.
+    public func holder(of token: TokenKeys) -> String { prefix + "h:" + token.digest }
+}
