@@ -59,7 +59,7 @@ let package = Package(
         ]),
 
         // MARK: Tests
-        .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "Loops", "HTTPServer", "HTTPClient", "RedisClient"]),
+        .target(name: "PushWardenTestSupport", dependencies: ["PWCore", "PWPolicy", "Loops", "HTTPServer", "HTTPClient", "RedisClient"]),
         /// A mock upstream process for the benchmark and manual trials (Voyado's API, configurable latency).
         .executableTarget(name: "mock-upstream", dependencies: ["PushWardenTestSupport"], path: "Sources/MockUpstream"),
         /// Mints the benchmark's session token pools (HS256, ES256 with a JWKS).

@@ -81,11 +81,11 @@ struct PolicyReader {
     }
 
     static let providerReaders: [(name: String, reader: ProviderReader)] = [
-        ("voyado", ProviderReader(keys: VoyadoConfig.policyKeys, read: { $0.voyado($1) })),
-        ("voidhash", ProviderReader(keys: VoidhashConfig.policyKeys, read: { $0.voidhash($1) })),
-        ("fluxer", ProviderReader(keys: FluxerConfig.policyKeys, read: { $0.fluxer($1) })),
-        ("nativenotify", ProviderReader(keys: NativeNotifyConfig.policyKeys, read: { $0.nativeNotify($1) })),
-        ("pushnotice", ProviderReader(keys: PushNoticeConfig.policyKeys, read: { $0.pushNotice($1) })),
+        (ProviderKind.voyado.rawValue, ProviderReader(keys: VoyadoConfig.policyKeys, read: { $0.voyado($1) })),
+        (ProviderKind.voidhash.rawValue, ProviderReader(keys: VoidhashConfig.policyKeys, read: { $0.voidhash($1) })),
+        (ProviderKind.fluxer.rawValue, ProviderReader(keys: FluxerConfig.policyKeys, read: { $0.fluxer($1) })),
+        (ProviderKind.nativeNotify.rawValue, ProviderReader(keys: NativeNotifyConfig.policyKeys, read: { $0.nativeNotify($1) })),
+        (ProviderKind.pushNotice.rawValue, ProviderReader(keys: PushNoticeConfig.policyKeys, read: { $0.pushNotice($1) })),
         ("dry_run", ProviderReader(keys: DryRunConfig.policyKeys, read: { $0.dryRun($1) })),
     ]
 

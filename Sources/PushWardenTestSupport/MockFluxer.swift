@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import PWCore
+import PWPolicy
 import Synchronization
 
 /// A real HTTP server that behaves as Fluxer's mobile devices document (seed 002) says: register
@@ -11,6 +12,7 @@ import Synchronization
 /// per-user rate limits (20/min register, 40/min unregister). It records what it received and can
 /// be told to answer with scripted statuses.
 public final class MockFluxer: ProviderMock {
+    public static let kind = ProviderKind.fluxer
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 

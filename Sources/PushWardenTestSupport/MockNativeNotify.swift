@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import PWCore
+import PWPolicy
 import Synchronization
 
 /// A real HTTP server that behaves as Native Notify's device registration document (seed 003)
@@ -12,6 +13,7 @@ import Synchronization
 /// It records what it received so tests can assert it exactly, can be scripted with answers,
 /// and lets a test switch environments off (`403 environment_disabled`).
 public final class MockNativeNotify: ProviderMock {
+    public static let kind = ProviderKind.nativeNotify
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 

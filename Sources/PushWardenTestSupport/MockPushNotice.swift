@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import PWCore
+import PWPolicy
 import Synchronization
 
 /// A real HTTP server that behaves as PushNotice's client integration guide (seed 004) says:
@@ -15,6 +16,7 @@ import Synchronization
 /// `{"ok":false,"error":{"code":"validation_failed","message":...}}`; unparsable JSON is `422`
 /// `invalid_json`; a successful register answers `200 {"ok":true,"subscriber_id":N}`.
 public final class MockPushNotice: ProviderMock {
+    public static let kind = ProviderKind.pushNotice
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 

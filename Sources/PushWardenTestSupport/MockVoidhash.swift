@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import PWCore
+import PWPolicy
 import Synchronization
 
 /// A real HTTP server that behaves as Voidhash's push device API document (seed 000) says: the
@@ -10,6 +11,7 @@ import Synchronization
 /// `previousPushDeviceTokenId` dropping that registration, and `404` for a device another
 /// distinct ID registered. It records what it received and can answer scripted statuses.
 public final class MockVoidhash: ProviderMock {
+    public static let kind = ProviderKind.voidhash
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 

@@ -1,12 +1,14 @@
 import Foundation
 import HTTPServer
 import PWCore
+import PWPolicy
 
 /// A real HTTP server that behaves as Voyado's App Push API document (seed 001) says: the three
 /// endpoints under a base path, `Authorization: Bearer <PublicApiKey>`, its validation and its
 /// error envelope. It records what it received so that tests can assert it exactly, and can be
 /// told to answer with scripted statuses or after a delay.
 public final class MockVoyado: ProviderMock {
+    public static let kind = ProviderKind.voyado
     public typealias Received = MockRequest
     public typealias Scripted = MockAnswer
 

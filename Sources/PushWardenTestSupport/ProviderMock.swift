@@ -1,9 +1,12 @@
 import HTTPServer
+import PWPolicy
 
 /// A mock push provider: a `MockServer` answering as the provider's own API document says,
 /// recording what it received and playing scripted answers first. What every mock offers on top
 /// of its server lives here; each mock adds its document's behaviour and state.
 public protocol ProviderMock: AnyObject, Sendable {
+    /// The provider whose document the mock follows: one mock per `ProviderKind`.
+    static var kind: ProviderKind { get }
     /// The server behind the mock (records requests, plays scripted answers).
     var server: MockServer { get }
 }

@@ -27,6 +27,13 @@ import Testing
         """
     }
 
+    /// One mock upstream per provider the policy can name, each following its `ProviderKind`'s document.
+    @Test func oneMockPerProviderKind() {
+        let mocks: [any ProviderMock.Type] = [MockVoyado.self, MockVoidhash.self, MockFluxer.self, MockNativeNotify.self, MockPushNotice.self]
+        #expect(mocks.count == ProviderKind.allCases.count)
+        #expect(Set(mocks.map { $0.kind }) == Set(ProviderKind.allCases))
+    }
+
     @Test func failingShadowNeverFailsTheClient() async throws {
         let primary = try MockVoyado(apiKey: "main-key"), shadow = try MockVoyado(apiKey: "next-key")
         let h = try await SidecarHarness(upstreams: Self.upstreams(primary: primary, shadow: shadow),

@@ -40,7 +40,7 @@ public struct FluxerConfig: Sendable, Equatable, ProviderSettings {
                                         "Accept"]
     static let environments = ["production", "development"]
 
-    public var providerName: String { "fluxer" }
+    public var providerName: String { ProviderKind.fluxer.rawValue }
     public var summary: String { "Fluxer mobile devices at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {

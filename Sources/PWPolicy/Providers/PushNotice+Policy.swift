@@ -32,7 +32,7 @@ public struct PushNoticeConfig: Sendable, Equatable, ProviderSettings {
     /// Where registrations go: `<base_url>/api/v1/apps/<slug>/subscribers`.
     public var subscribersURL: String { "\(baseURL)/api/v1/apps/\(slug)/subscribers" }
 
-    public var providerName: String { "pushnotice" }
+    public var providerName: String { ProviderKind.pushNotice.rawValue }
     public var summary: String { "PushNotice app '\(slug)' at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {

@@ -46,7 +46,7 @@ public struct VoidhashConfig: Sendable, Equatable, ProviderSettings {
     static let policyKeys: [String]? = ["base_url", "publishable_key", "ios_bundle_id", "android_package_name", "sdk",
                                         "sdk_version", "debug_build", "observer_mode"]
 
-    public var providerName: String { "voidhash" }
+    public var providerName: String { ProviderKind.voidhash.rawValue }
     public var summary: String { "Voidhash push devices at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {

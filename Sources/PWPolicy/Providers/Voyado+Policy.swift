@@ -11,7 +11,7 @@ public struct VoyadoConfig: Sendable, Equatable, ProviderSettings {
 
     static let policyKeys = ["base_path", "api_key"]
 
-    public var providerName: String { "voyado" }
+    public var providerName: String { ProviderKind.voyado.rawValue }
     public var summary: String { "Voyado App Push at \(basePath)" }
     public var endpoint: String? { basePath }
     public var injected: [String] {
