@@ -41,7 +41,7 @@ public struct FluxerConfig: Sendable, Equatable, ProviderSettings {
     static let environments = ["production", "development"]
 
     public var providerName: String { ProviderKind.fluxer.rawValue }
-    public var summary: String { "Fluxer mobile devices at \(baseURL)" }
+    public var summary: String { "\(ProviderKind.fluxer.traits.label) mobile devices at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {
         let environment = providerEnvironment.map { "\($0) (fixed by the policy)" }

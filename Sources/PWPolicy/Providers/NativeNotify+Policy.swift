@@ -34,7 +34,7 @@ public struct NativeNotifyConfig: Sendable, Equatable, ProviderSettings {
     static let policyKeys: [String]? = ["base_url", "app_id", "app_token", "environment", "framework"]
 
     public var providerName: String { ProviderKind.nativeNotify.rawValue }
-    public var summary: String { "Native Notify universal devices at \(baseURL)" }
+    public var summary: String { "\(ProviderKind.nativeNotify.traits.label) universal devices at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {
         var values = [

@@ -33,7 +33,7 @@ public struct PushNoticeConfig: Sendable, Equatable, ProviderSettings {
     public var subscribersURL: String { "\(baseURL)/api/v1/apps/\(slug)/subscribers" }
 
     public var providerName: String { ProviderKind.pushNotice.rawValue }
-    public var summary: String { "PushNotice app '\(slug)' at \(baseURL)" }
+    public var summary: String { "\(ProviderKind.pushNotice.traits.label) app '\(slug)' at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {
         var values = ["Authorization: Bearer <API key pnp_... from \(apiKey)>", "slug '\(slug)' in the URL path (from the policy)"]

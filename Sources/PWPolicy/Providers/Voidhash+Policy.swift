@@ -47,7 +47,7 @@ public struct VoidhashConfig: Sendable, Equatable, ProviderSettings {
                                         "sdk_version", "debug_build", "observer_mode"]
 
     public var providerName: String { ProviderKind.voidhash.rawValue }
-    public var summary: String { "Voidhash push devices at \(baseURL)" }
+    public var summary: String { "\(ProviderKind.voidhash.traits.label) push devices at \(baseURL)" }
     public var endpoint: String? { baseURL }
     public var injected: [String] {
         var lines = [

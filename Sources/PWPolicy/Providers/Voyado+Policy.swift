@@ -12,7 +12,7 @@ public struct VoyadoConfig: Sendable, Equatable, ProviderSettings {
     static let policyKeys = ["base_path", "api_key"]
 
     public var providerName: String { ProviderKind.voyado.rawValue }
-    public var summary: String { "Voyado App Push at \(basePath)" }
+    public var summary: String { "\(ProviderKind.voyado.traits.label) App Push at \(basePath)" }
     public var endpoint: String? { basePath }
     public var injected: [String] {
         ["Authorization: Bearer <PublicApiKey from \(apiKey)>", "contact_id: the session's contact"]
