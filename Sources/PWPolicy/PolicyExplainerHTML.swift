@@ -320,7 +320,7 @@ public enum PolicyExplainerHTML {
         return Box(title: "'\(upstream.name)'" + (host.map { " → \($0)" } ?? " (dry run)"), lines: lines, kind: upstream.role == .primary ? "upstream" : "upstream shadow")
     }
 
-    /// Whether the provider hands back an identity PushWarden keeps (README's provider table).
+    /// Whether the provider hands back an identity PushWarden keeps (docs/providers.md, its table).
     static func keepsIdentity(_ provider: ProviderConfig) -> Bool {
         switch provider {
         case .voidhash, .fluxer, .nativeNotify: return true

@@ -263,7 +263,7 @@ import Testing
         await mock.stop()
     }
 
-    /// Redis restarted (append-only file, as the README asks for) while deliveries wait: none lost.
+    /// Redis restarted (append-only file, as docs/operations.md asks for) while deliveries wait: none lost.
     @Test func aRedisRestartWithAnAppendOnlyFileLosesNothing() async throws {
         let aof = ["--appendonly", "yes", "--appendfsync", "always"]
         let first = try RedisServer.start(arguments: aof)
