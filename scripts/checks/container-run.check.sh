@@ -20,6 +20,7 @@
 # error. Podman runs with runc (crun refuses a hybrid cgroup layout) and explicit rlimits within
 # this shell's hard limits (a sandbox without CAP_SYS_RESOURCE refuses podman's defaults).
 #   CONTAINER_BINARY=path      put this binary in the image (must link the Swift runtime statically)
+#   CONTAINER_RUNTIME=crun     another OCI runtime than runc
 #   CONTAINER_MIRROR=url       Debian mirror for debootstrap and the image's apt (deb.debian.org)
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -65,7 +66,7 @@ run_step() {
 # machine's images), runc, cgroupfs (no systemd needed), events in a file.
 RUNROOT="/run/pushwarden-container-check-$(printf '%s' "$STORE" | sha256sum | cut -c1-12)"
 PM=("${sudo_cmd[@]}" podman --root "$STORE" --runroot "$RUNROOT" --storage-driver overlay
-    --runtime runc --cgroup-manager cgroupfs --events-backend file)
+    --runtime "${CONTAINER_RUNTIME:-runc}" --cgroup-manager cgroupfs --events-backend file)
 # rlimits inside this shell's hard limits (podman's defaults, nofile 1048576 and nproc above
 # pid_max, need CAP_SYS_RESOURCE); nproc also at most pid_max, the most podman can pass on.
 hard_nofile=$(ulimit -Hn); [[ "$hard_nofile" == unlimited || "$hard_nofile" -gt 1048576 ]] && hard_nofile=1048576
@@ -222,12 +223,18 @@ want_health=$(/usr/bin/python3 -c '
 import json, re, sys
 m = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])\s*$", sys.stdin.read(), re.M)
 print(json.dumps(["CMD"] + json.loads(m.group(1))) if m else "")' <<<"$runtime_stage_text")
-got_health=$(timeout 60 "${PM[@]}" image inspect --format '{{json .HealthCheck.Test}}' "$IMAGE" 2>&1 || true)
+got_health=$(timeout 60 "${PM[@]}" image inspect --format '{{json .HealthCheck}}' "$IMAGE" |
+  /usr/bin/python3 -c 'import json, sys; h = json.load(sys.stdin) or {}; print(json.dumps(h.get("Test")) if h.get("Test") else "none")')
 if [[ -z "$want_health" || "$(tr -d ' ' <<<"$got_health")" != "$(tr -d ' ' <<<"$want_health")" ]]; then
   echo "FAIL: the image's HEALTHCHECK is $got_health, the Dockerfile's ${want_health:-missing}" >&2
   exit 1
 fi
 image_user=$(timeout 60 "${PM[@]}" image inspect --format '{{.Config.User}}' "$IMAGE")
+want_uid=${image_user%%:*}
+if [[ -z "$want_uid" || "$want_uid" == 0 || "$want_uid" == root ]]; then
+  echo "FAIL: the image runs as root (USER '${image_user}')" >&2
+  exit 1
+fi
 echo "image: healthcheck $got_health, user $image_user"
 
 # ---------------------------------------------------------------- a container
@@ -261,14 +268,21 @@ while ((SECONDS < deadline)); do
   sleep 0.5
 done
 if [[ "$health" != healthy ]]; then
-  echo "FAIL: the HEALTHCHECK did not report healthy within 60 s (status '$health'); last podman healthcheck run:" >&2
-  sed 's/^/    /' "$CACHE/healthcheck.out" >&2
+  echo "FAIL: the HEALTHCHECK did not report healthy within 60 s; podman healthcheck run said: $(head -c 300 "$CACHE/healthcheck.out")" >&2
+  echo "  the container's health state (the last check's output):" >&2
+  timeout 30 "${PM[@]}" inspect --format '{{json .State.Health}}' "$NAME" | /usr/bin/python3 -c '
+import json, sys
+h = json.load(sys.stdin) or {}
+log = h.get("Log") or [{}]
+print("    status %s, failing streak %s, last exit %s: %s" % (h.get("Status"), h.get("FailingStreak"),
+      log[-1].get("ExitCode"), (log[-1].get("Output") or "").strip()))' >&2 || true
+  echo "  its log:" >&2
   container_log
   exit 1
 fi
 user_in=$(timeout 30 "${PM[@]}" exec "$NAME" cat /proc/1/status | awk '/^Uid:/ {print $2}')
 echo "healthy; the sidecar runs as uid $user_in"
-[[ "$user_in" == 10001 ]] || { echo "FAIL: the sidecar runs as uid $user_in, not 10001" >&2; exit 1; }
+[[ "$user_in" == "$want_uid" ]] || { echo "FAIL: the sidecar runs as uid $user_in, not the image's $want_uid" >&2; exit 1; }
 
 say "registration"
 token=$(timeout 30 "${PM[@]}" exec "$NAME" /usr/local/bin/pushwarden dev-token \
