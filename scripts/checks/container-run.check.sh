@@ -13,9 +13,10 @@
 #    verbatim (the Dockerfile stays the source of truth: its apt-get line, user, env, HEALTHCHECK,
 #    entrypoint are what runs). Docker image format, so the HEALTHCHECK is kept.
 # 4. A container of it with policies/example.yaml mounted read-only, its two ports published on
-#    127.0.0.1 only; `podman healthcheck run` (the image's HEALTHCHECK) until healthy; a session
+#    127.0.0.1 only, locked down as deploy/kubernetes runs it (read-only root, no capabilities); `podman healthcheck run` (the image's HEALTHCHECK) until healthy; a session
 #    minted by the image's own `pushwarden dev-token`; a registration (forwarded) and the same one
-#    again (unchanged) through the published port; then the container is removed.
+#    again (unchanged) through the published port; podman stop must end it with exit 0; then the
+#    container is removed.
 # Every step is bounded by a timeout; a step that is refused fails the check with its command and
 # error. Podman runs with runc (crun refuses a hybrid cgroup layout) and explicit rlimits within
 # this shell's hard limits (a sandbox without CAP_SYS_RESOURCE refuses podman's defaults).
@@ -245,7 +246,10 @@ while [[ "$admin_port" == "$port" ]]; do admin_port=$(free_port); done
 # The policy's only secret, passed by name (not on the command line).
 PUSHWARDEN_DEMO_SESSION_SECRET=$(openssl rand -hex 32)
 export PUSHWARDEN_DEMO_SESSION_SECRET
+# Locked down as deploy/kubernetes runs it: read-only root (no tmpfs added), no capabilities, no
+# privilege escalation, the runtime's default seccomp profile.
 run_step "podman run (the image, example policy)" timeout 120 "${PM[@]}" run -d --name "$NAME" --label "$LABEL" \
+  --read-only --read-only-tmpfs=false --cap-drop ALL --security-opt no-new-privileges \
   "${ULIMITS[@]}" -p "127.0.0.1:$port:8080" -p "127.0.0.1:$admin_port:9090" \
   -v "$ROOT/policies/example.yaml:/etc/pushwarden/policy.yaml:ro" \
   -e PUSHWARDEN_DEMO_SESSION_SECRET "$IMAGE"
@@ -316,5 +320,10 @@ expect_answer 202 "$(register)" unchanged
 say "stop"
 run_step "podman stop" timeout 60 "${PM[@]}" stop -t 10 "$NAME"
 exit_code=$(timeout 30 "${PM[@]}" inspect --format '{{.State.ExitCode}}' "$NAME")
+if [[ "$exit_code" != 0 ]]; then
+  echo "FAIL: the sidecar exited $exit_code on podman stop (SIGTERM, then SIGKILL after 10 s); its log:" >&2
+  container_log
+  exit 1
+fi
 run_step "podman rm" timeout 60 "${PM[@]}" rm "$NAME"
 echo "container-run: $base_ref stand-in (debootstrap minbase), runtime stage built, healthy, registration forwarded then unchanged; stopped (exit $exit_code) and removed ($((SECONDS - started)) s)"
