@@ -168,15 +168,25 @@ echo "binary: $binary_from"
 
 # ---------------------------------------------------------------- the base image
 say "base image $base_ref (debootstrap --variant=minbase $suite)"
-base_created=$(timeout 60 "${PM[@]}" image inspect --format '{{.Created.Unix}}' "$base_ref" 2>/dev/null || true)
-if [[ -z "$base_created" ]] || (( $(date +%s) - base_created > BASE_MAX_AGE_DAYS * 86400 )); then
+# The recipe below, as a label on the base: a changed recipe (or mirror) remakes the base.
+base_recipe="2 $suite $MIRROR $SECURITY_MIRROR"
+base_state=$(timeout 60 "${PM[@]}" image inspect \
+  --format '{{.Created.Unix}} {{index .Labels "org.pushwarden.check.base-recipe"}}' "$base_ref" 2>/dev/null || true)
+base_created=${base_state%% *}
+if [[ -z "$base_created" || "${base_state#* }" != "$base_recipe" ]] ||
+   (( $(date +%s) - base_created > BASE_MAX_AGE_DAYS * 86400 )); then
   rootfs="$CACHE/rootfs"
   "${sudo_cmd[@]}" rm -rf "$rootfs"
   run_step "debootstrap --variant=minbase $suite" \
     timeout 600 "${sudo_cmd[@]}" debootstrap --variant=minbase "$suite" "$rootfs" "$MIRROR"
-  # As debian:*-slim: deb822 sources with the suite, its updates and security; no apt caches.
+  # What makes debian:*-slim out of a minbase root (debuerreotype's minimizing config and slimify),
+  # so the runtime stage's apt-get sees what it sees there: deb822 sources with the suite, its
+  # updates and security; apt drops downloaded packages after each install, keeps its lists
+  # compressed and fetches no translations; dpkg installs no documentation, man pages or locales
+  # (copyright files kept), and those already installed are removed; services never start.
+  put() { "${sudo_cmd[@]}" tee "$rootfs/$1" >/dev/null; }
   "${sudo_cmd[@]}" rm -f "$rootfs/etc/apt/sources.list"
-  "${sudo_cmd[@]}" tee "$rootfs/etc/apt/sources.list.d/debian.sources" >/dev/null <<EOF
+  put etc/apt/sources.list.d/debian.sources <<EOF
 Types: deb
 URIs: $MIRROR
 Suites: $suite $suite-updates
@@ -189,10 +199,33 @@ Suites: $suite-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
+  clean='"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";'
+  put etc/apt/apt.conf.d/docker-clean <<EOF
+DPkg::Post-Invoke { $clean };
+APT::Update::Post-Invoke { $clean };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+  echo 'Acquire::GzipIndexes "true";' | put etc/apt/apt.conf.d/docker-gzip-indexes
+  echo 'Acquire::Languages "none";' | put etc/apt/apt.conf.d/docker-no-languages
+  echo 'Apt::AutoRemove::SuggestsImportant "false";' | put etc/apt/apt.conf.d/docker-autoremove-suggests
+  echo force-unsafe-io | put etc/dpkg/dpkg.cfg.d/docker-apt-speedup
+  slim_paths=(/usr/share/doc /usr/share/groff /usr/share/info /usr/share/linda /usr/share/lintian/overrides
+              /usr/share/locale /usr/share/man)
+  { printf 'path-exclude %s/*\n' "${slim_paths[@]}"; echo 'path-include /usr/share/doc/*/copyright'; } |
+    put etc/dpkg/dpkg.cfg.d/docker
+  for d in "${slim_paths[@]}"; do
+    [[ -d "$rootfs$d" ]] || continue
+    "${sudo_cmd[@]}" find "$rootfs$d" -mindepth 1 \( -type f -o -type l \) ! -path "$rootfs/usr/share/doc/*/copyright" -delete
+    "${sudo_cmd[@]}" find "$rootfs$d" -mindepth 1 -type d -empty -delete
+  done
+  printf '#!/bin/sh\nexit 101\n' | put usr/sbin/policy-rc.d
+  "${sudo_cmd[@]}" chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
   "${sudo_cmd[@]}" find "$rootfs/var/cache/apt" "$rootfs/var/lib/apt/lists" -type f -delete
   import_base() {
     "${sudo_cmd[@]}" tar -C "$rootfs" --numeric-owner -c . |
-      timeout 300 "${PM[@]}" import --change 'CMD ["bash"]' - "$base_ref"
+      timeout 300 "${PM[@]}" import --change 'CMD ["bash"]' \
+        --change "LABEL org.pushwarden.check.base-recipe=\"$base_recipe\"" - "$base_ref"
   }
   run_step "import the root as $base_ref" import_base
   "${sudo_cmd[@]}" rm -rf "$rootfs"
