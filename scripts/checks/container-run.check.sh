@@ -117,7 +117,7 @@ if ((${#copies[@]} != 1)); then
   printf '  %s\n' "${copies[@]}" >&2
   exit 1
 fi
-read -r _ from_flag binary_src binary_dst extra <<<"${copies[0]}"
+read -r _ from_flag binary_src _ extra <<<"${copies[0]}"
 build_stage=${from_flag#--from=}
 if [[ -n "${extra:-}" || "$(basename "$binary_src")" != pushwarden ]]; then
   echo "FAIL: the runtime stage's '${copies[0]}' copies more than the pushwarden binary; the check cannot stand in for it" >&2
