@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The container image, built and run with rootful podman (docs/container.md says why each choice):
 # 1. The base image: `debootstrap --variant=minbase` of the suite the runtime stage's
-#    `FROM debian:<suite>-slim` names (what debian:*-slim is made from), imported under that name
-#    into a podman store of the check's own (.build/container/storage; registries are never asked:
-#    --pull=never). Kept there: a second run skips this (rebuilt when older than 30 days).
+#    `FROM debian:<suite>-slim` names, made slim as debian:*-slim is, imported under that name into
+#    a podman store of the check's own (.build/container/storage; registries are never asked:
+#    --pull=never). Kept there: a second run skips this (remade after 30 days or a recipe change).
 # 2. The binary: the Dockerfile's build stage needs the swift image, which cannot be pulled here, so
 #    the check stands in for that stage with the release build `make test` already made
 #    (.build/release-tests), relinked with -static-stdlib (what the build stage's
@@ -13,8 +13,9 @@
 #    verbatim (the Dockerfile stays the source of truth: its apt-get line, user, env, HEALTHCHECK,
 #    entrypoint are what runs). Docker image format, so the HEALTHCHECK is kept.
 # 4. A container of it with policies/example.yaml mounted read-only, its two ports published on
-#    127.0.0.1 only, locked down as deploy/kubernetes runs it (read-only root, no capabilities); `podman healthcheck run` (the image's HEALTHCHECK) until healthy; a session
-#    minted by the image's own `pushwarden dev-token`; a registration (forwarded) and the same one
+#    127.0.0.1 only, locked down as deploy/kubernetes runs it (read-only root, no capabilities);
+#    `podman healthcheck run` (the image's HEALTHCHECK) until healthy; a session minted by the
+#    image's own `pushwarden dev-token`; a registration (forwarded) and the same one
 #    again (unchanged) through the published port; podman stop must end it with exit 0; then the
 #    container is removed.
 # Every step is bounded by a timeout; a step that is refused fails the check with its command and
@@ -23,6 +24,7 @@
 #   CONTAINER_BINARY=path      put this binary in the image (must link the Swift runtime statically)
 #   CONTAINER_RUNTIME=crun     another OCI runtime than runc
 #   CONTAINER_MIRROR=url       Debian mirror for debootstrap and the image's apt (deb.debian.org)
+#   DOCKERFILE=path            another Dockerfile (the failure trials in docs/container.md)
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -40,13 +42,13 @@ started=$SECONDS
 
 sudo_cmd=()
 [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
-# curl and python3 talk to the container; podman (conmon, CNI plugins) with runc; debootstrap makes
-# the base; binutils for readelf.
+# curl and python3 talk to the container; podman (conmon, CNI plugins) with runc, iptables for the
+# CNI bridge's published ports; debootstrap makes the base; binutils for readelf.
 ensure_apt podman runc debootstrap curl openssl python3 binutils iptables
 
 say() { printf -- '-- %s (%d s)\n' "$*" "$((SECONDS - started))"; }
 
-# refused STEP COMMAND...: runs COMMAND (already bounded by the caller's timeout); on failure
+# run_step STEP COMMAND...: runs COMMAND (already bounded by the caller's timeout); on failure
 # prints the step, the command and its output, and fails the check.
 refused_log="$CACHE/last-step.log"
 mkdir -p "$CACHE"
@@ -255,10 +257,11 @@ timeout 120 "${PM[@]}" image prune -f >/dev/null 2>&1 || true
 # The image keeps the Dockerfile's HEALTHCHECK, user, entrypoint and command.
 want_health=$(/usr/bin/python3 -c '
 import json, re, sys
-m = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])\s*$", sys.stdin.read(), re.M)
+m = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])\s*$", sys.stdin.read().replace("\\\n", " "), re.M)
 print(json.dumps(["CMD"] + json.loads(m.group(1))) if m else "")' <<<"$runtime_stage_text")
-got_health=$(timeout 60 "${PM[@]}" image inspect --format '{{json .HealthCheck}}' "$IMAGE" |
-  /usr/bin/python3 -c 'import json, sys; h = json.load(sys.stdin) or {}; print(json.dumps(h.get("Test")) if h.get("Test") else "none")')
+got_health=$( (timeout 60 "${PM[@]}" image inspect --format '{{json .HealthCheck}}' "$IMAGE" || true) |
+  /usr/bin/python3 -c 'import json, sys; t = sys.stdin.read().strip(); h = json.loads(t) if t else None
+print(json.dumps(h["Test"]) if h and h.get("Test") else "none")')
 if [[ -z "$want_health" || "$(tr -d ' ' <<<"$got_health")" != "$(tr -d ' ' <<<"$want_health")" ]]; then
   echo "FAIL: the image's HEALTHCHECK is $got_health, the Dockerfile's ${want_health:-missing}" >&2
   exit 1
@@ -327,6 +330,7 @@ token=$(timeout 30 "${PM[@]}" exec "$NAME" /usr/local/bin/pushwarden dev-token \
   echo "FAIL: pushwarden dev-token in the container:" >&2; sed 's/^/    /' "$CACHE/dev-token.err" >&2; exit 1; }
 apns=$(printf 'ab%.0s' {1..32})
 register() {
+  rm -f "$CACHE/register.body"
   curl -sS -m 10 -o "$CACHE/register.body" -w '%{http_code}' -X POST "http://127.0.0.1:$port/v1/apps/demo/installations" \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
     -d "{\"platform\":\"ios\",\"push_token\":\"$apns\",\"app_version\":\"1.0.0\"}"
@@ -337,11 +341,14 @@ expect_answer() {
   local want_code=$1 code=$2 want=$3
   if [[ "$code" != "$want_code" ]] || ! /usr/bin/python3 -c '
 import json, sys
-body = json.load(open(sys.argv[1]))
+try:
+    body = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit("no JSON answer: %s" % e)
 assert isinstance(body.get("request_id"), str) and body["request_id"], "no request_id"
 assert body.get("upstreams") == {"voyado": sys.argv[2]}, "upstreams %r" % body.get("upstreams")
 ' "$CACHE/register.body" "$want"; then
-    echo "FAIL: registration answered $code, expected $want_code with upstreams {voyado: $want}: $(cat "$CACHE/register.body")" >&2
+    echo "FAIL: registration answered $code, expected $want_code with upstreams {voyado: $want}: $(cat "$CACHE/register.body" 2>/dev/null)" >&2
     container_log
     exit 1
   fi
