@@ -73,13 +73,14 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
 
     /// What `pushwarden policy check` reports about the policy's store keys: an error for a value
     /// `serve` would refuse, a warning for a reference that cannot be read here (the environment
-    /// that checks a file seldom holds its secrets), and a warning when values are encrypted but
-    /// key names still carry unkeyed digests (no `digest_key`). Empty without a `store` block.
+    /// that checks a file seldom holds its secrets), and, when nothing is wrong, a warning that key
+    /// names still carry unkeyed digests (no `digest_key`). Empty without a `store` block.
     public static func diagnostics(for policy: Policy, secrets: some SecretResolving = SecretResolver()) -> [Diagnostic] {
         guard let store = policy.store else { return [] }
         var found = read(store, in: policy, secrets: secrets, unresolvable: .warning).diagnostics
-        if store.digestKey == nil {
-            found.append(policy.diagnostic(at: "store", missingDigestKey, severity: .warning))
+        // Only once the keys themselves are right: a policy with errors has those to fix first.
+        if store.digestKey == nil, !found.contains(where: { $0.severity == .error }) {
+            found.append(policy.diagnostic(at: StorePolicy.encryptionKeyPath, missingDigestKey, severity: .warning))
         }
         return found
     }
