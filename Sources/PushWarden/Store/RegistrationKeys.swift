@@ -19,13 +19,18 @@ public struct RegistrationKeys: Sendable, Equatable {
     private var tag: Substring { entry.dropLast(3) }
     public var lock: String { String(tag) + "lock" }
     public var identity: String { String(tag) + "id" }
-    /// Where a build without `store.digest_key` kept the identity (its unkeyed name), when these
-    /// keys are keyed: read when the keyed one holds none, so no provider id is lost.
-    public let legacyIdentity: String?
+    /// `pw:v2:{<unkeyed digest>}:`, where a build without `store.digest_key` kept this state, when
+    /// these keys are keyed.
+    private let legacyTag: String?
+    /// The identity under its unkeyed name: read when the keyed one holds none, so no provider id
+    /// is lost.
+    public var legacyIdentity: String? { legacyTag.map { $0 + "id" } }
+    /// The dedupe entry under its unkeyed name: never read, deleted with the keyed one.
+    public var legacyEntry: String? { legacyTag.map { $0 + "reg" } }
 
-    init(entry: String, legacyIdentity: String?) {
+    init(entry: String, legacyTag: String?) {
         self.entry = entry
-        self.legacyIdentity = legacyIdentity
+        self.legacyTag = legacyTag
     }
 }
 
@@ -127,10 +132,10 @@ public struct KeyDigest: Sendable, CustomStringConvertible {
     public func registration(_ pushToken: String, app: String, upstream: String) -> RegistrationKeys {
         guard secret != nil else {
             return RegistrationKeys(entry: SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:reg"),
-                                    legacyIdentity: nil)
+                                    legacyTag: nil)
         }
         return RegistrationKeys(entry: "pw:v2:{" + hex(app, upstream, pushToken) + "}:reg",
-                                legacyIdentity: SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:id"))
+                                legacyTag: SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:"))
     }
 
     /// The hex digest of the parts joined by zero bytes.
