@@ -18,7 +18,7 @@ import Testing
     static var digests: KeyDigest { KeyDigest(secret: [UInt8](Data(base64Encoded: digestKey) ?? Data())) }
 
     static func harness(voyado: MockVoyado, voidhash: MockVoidhash, server: RedisServer, app: String?, digest: Bool,
-                        audit: Ed25519PrivateKey? = nil, rateLimits: String? = nil) async throws -> SidecarHarness {
+                        audit: Ed25519PrivateKey? = nil, rateLimits: String? = nil, queued: MockVoyado? = nil) async throws -> SidecarHarness {
         var secrets = InventoryTests.secrets
         secrets[.env("TEST_ADMIN_TOKEN")] = ServerToServerTests.adminToken
         secrets[.env("PW_STORE_KEY")] = storeKey
@@ -30,17 +30,21 @@ import Testing
             topLevel += "audit: {signing_key: {env: TEST_AUDIT_KEY}}\n"
         }
         let store = RedisStore(client: RedisClient(configuration: server.configuration()))
-        return try await SidecarHarness(upstreams: InventoryTests.voyado(voyado) + "\n" + VoidhashTests.block(voidhash, role: "shadow"),
+        var upstreams = InventoryTests.voyado(voyado) + "\n" + VoidhashTests.block(voidhash, role: "shadow")
+        if let queued { upstreams += "\n" + OutboxTests.voyado(queued, name: "vq", role: "shadow") }
+        return try await SidecarHarness(upstreams: upstreams,
                                         secrets: secrets,
                                         clientYAML: "      platforms: [ios, android]" + (rateLimits.map { "\n      rate_limits: \($0)" } ?? ""),
                                         store: store, sameApp: app, topLevel: topLevel)
     }
 
     /// Every unkeyed digest an earlier build names these contacts and tokens by: of app and
-    /// contact, of app and token, of app, upstream and token.
+    /// contact, of app and token, of app, upstream and token, and of the token alone (an outbox
+    /// waiting mark).
     static func unkeyedDigests(app: String, contacts: [String], tokens: [String]) -> [String] {
         contacts.map { SHA256.hexHash(joining: app, $0) } + tokens.flatMap { token in
-            [SHA256.hexHash(joining: app, token)] + ["voyado", "vh"].map { SHA256.hexHash(joining: app, $0, token) }
+            [SHA256.hexHash(joining: app, token), SHA256.hexHash(Array(token.utf8))]
+                + ["voyado", "vh", "vq"].map { SHA256.hexHash(joining: app, $0, token) }
         }
     }
 
@@ -69,12 +73,16 @@ import Testing
         defer { server.stop() }
         let voyado = try MockVoyado(apiKey: "voyado-key"), voidhash = try MockVoidhash(publishableKey: VoidhashTests.key)
         let signing = try Ed25519PrivateKey.generate()
+        // A queued upstream that is down: deliveries and their waiting marks stay in Redis.
+        let down = try MockVoyado(apiKey: "voyado-key")
+        for _ in 0..<200 { down.enqueue(.init(status: 503)) }
         let h = try await Self.harness(voyado: voyado, voidhash: voidhash, server: server, app: nil, digest: true, audit: signing,
-                                       rateLimits: "{unregister: 2/min}")
+                                       rateLimits: "{unregister: 2/min}", queued: down)
         let t1 = VoidhashTests.fcm(), t2 = VoidhashTests.fcm(), t3 = VoidhashTests.fcm()
         for (token, contact) in [(t1, "alice"), (t2, "alice"), (t3, "bob"), (t3, "alice")] {
             let reply = try await Self.register(h, token, contact: contact)
-            #expect(reply.outcome("voyado") == "forwarded" && reply.outcome("vh") == "forwarded", "\(reply.text)")
+            #expect(reply.outcome("voyado") == "forwarded" && reply.outcome("vh") == "forwarded" && reply.outcome("vq") == "queued",
+                    "\(reply.text)")
         }
         #expect(try await Self.register(h, t2, contact: "alice").outcome("voyado") == "unchanged", "dedupe under keyed names")
         let gone = try await Self.unregister(h, t1, contact: "alice")
@@ -104,6 +112,7 @@ import Testing
         #expect(contents.items.contains { $0.key == "pw:v2:{c:\(alice)}:rate:unregister" })
         #expect(contents.items.contains { $0.key == Self.digests.registration(t2, app: h.app, upstream: "vh").identity })
         #expect(!contents.occurrences(of: Self.digests.token(t3, app: h.app).digest).isEmpty)
+        #expect(contents.items.contains { $0.key.hasSuffix(":q:" + Self.digests.hex(h.app, "vq", t2)) }, "the waiting mark is keyed")
         #expect(!h.logs.text.contains(Self.digestKey))
         #expect(h.logs.text.contains("hmac-sha256 (store.digest_key)"))
 
@@ -115,6 +124,7 @@ import Testing
         await h.stop()
         await voyado.stop()
         await voidhash.stop()
+        await down.stop()
     }
 
     // MARK: Keys of earlier builds

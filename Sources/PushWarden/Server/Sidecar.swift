@@ -245,7 +245,7 @@ public final class Sidecar: Sendable {
         let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
-        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer) }
+        let outbox = outboxClient.map { Outbox(client: $0, apps: Array(apps.values), sealer: sealer, digests: digests) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
                                   outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, digests: digests,
