@@ -18,7 +18,8 @@ import Testing
     static var digests: KeyDigest { KeyDigest(secret: [UInt8](Data(base64Encoded: digestKey) ?? Data())) }
 
     static func harness(voyado: MockVoyado, voidhash: MockVoidhash, server: RedisServer, app: String?, digest: Bool,
-                        audit: Ed25519PrivateKey? = nil, rateLimits: String? = nil, queued: MockVoyado? = nil) async throws -> SidecarHarness {
+                        audit: Ed25519PrivateKey? = nil, rateLimits: String? = nil, queued: MockVoyado? = nil,
+                        expireAfter: String? = nil) async throws -> SidecarHarness {
         var secrets = InventoryTests.secrets
         secrets[.env("TEST_ADMIN_TOKEN")] = ServerToServerTests.adminToken
         secrets[.env("PW_STORE_KEY")] = storeKey
@@ -32,6 +33,7 @@ import Testing
         let store = RedisStore(client: RedisClient(configuration: server.configuration()))
         var upstreams = InventoryTests.voyado(voyado) + "\n" + VoidhashTests.block(voidhash, role: "shadow")
         if let queued { upstreams += "\n" + OutboxTests.voyado(queued, name: "vq", role: "shadow") }
+        if let expireAfter { upstreams += "\n    inventory:\n      expire_after: \(expireAfter)" }
         return try await SidecarHarness(upstreams: upstreams,
                                         secrets: secrets,
                                         clientYAML: "      platforms: [ios, android]" + (rateLimits.map { "\n      rate_limits: \($0)" } ?? ""),
@@ -178,6 +180,39 @@ import Testing
         // bob was not touched since: his installation stays under the unkeyed names until he is.
         #expect(!contents.occurrences(of: SHA256.hexHash(joining: app, "bob")).isEmpty)
         #expect(Self.count(try await h.installations("GET", contact: "bob")) == 1)
+        await h.stop()
+        await voyado.stop()
+        await voidhash.stop()
+    }
+
+    /// An installation an earlier build recorded and nobody touches again still expires once the
+    /// key is set: the sweeper reads its unkeyed `seen` entry, opens its record where it sits and
+    /// unregisters it by the identity kept under the unkeyed name.
+    @Test func anInstallationRecordedBeforeTheKeyStillExpires() async throws {
+        let server = try RedisServer.start()
+        defer { server.stop() }
+        let voyado = try MockVoyado(apiKey: "voyado-key"), voidhash = try MockVoidhash(publishableKey: VoidhashTests.key)
+        let before = try await Self.harness(voyado: voyado, voidhash: voidhash, server: server, app: nil, digest: false)
+        let app = before.app, token = VoidhashTests.fcm()
+        #expect(try await Self.register(before, token, contact: "alice").outcome("vh") == "forwarded")
+        await before.stop()
+
+        let h = try await Self.harness(voyado: voyado, voidhash: voidhash, server: server, app: app, digest: true, expireAfter: "1500ms")
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline, voidhash.device(token: token) != nil { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(voidhash.device(token: token) == nil, "not expired")
+        #expect(voyado.received(path: "/installations/unregister").contains { $0.object?["push_token"]?.stringValue == token })
+        var remaining: Int?
+        for _ in 0..<50 {
+            remaining = Self.count(try await h.installations("GET", contact: "alice"))
+            if remaining == 0 { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(remaining == 0, "the record is forgotten with its installation")
+        let contents = try await RedisContents.read(server.configuration())
+        for needle in Self.unkeyedDigests(app: app, contacts: ["alice"], tokens: [token]) {
+            #expect(contents.occurrences(of: needle).isEmpty, "\(contents.occurrences(of: needle))")
+        }
         await h.stop()
         await voyado.stop()
         await voidhash.stop()
