@@ -48,7 +48,7 @@ let handler: ClientAPIHandler = {
     let registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                               identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
     return ClientAPIHandler(apps: ["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])],
-                            registrar: registrar, rateLimiter: RateLimiter(store: store, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
+                            registrar: registrar, rateLimiter: RateLimiter(store: store, digests: .unkeyed, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
 }()
 
 let routes = ["/v1/apps/demo/installations", "/v1/apps/demo/installations/unregister", "/v1/apps/demo/events"].map { Array($0.utf8) }

@@ -39,8 +39,8 @@ final class Outbox: Sendable {
     private let signals: [String: OutboxSignal]
     private let targets: [String: OutboxStreams.Upstream]
 
-    init(client: RedisClient, apps: [AppRuntime], sealer: StoreSealer = .none) {
-        streams = OutboxStreams(client: client, sealer: sealer)
+    init(client: RedisClient, apps: [AppRuntime], sealer: StoreSealer = .none, digests: KeyDigest) {
+        streams = OutboxStreams(client: client, sealer: sealer, digests: digests)
         consumer = "pw-" + LockOwner.next()
         var signals: [String: OutboxSignal] = [:]
         var targets: [String: OutboxStreams.Upstream] = [:]

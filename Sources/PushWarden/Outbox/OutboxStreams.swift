@@ -22,11 +22,16 @@ import RedisClient
 struct OutboxStreams: Sendable {
     let client: RedisClient
     let sealer: StoreSealer
+    /// Names a token's waiting mark, as the store's other keys name tokens.
+    let digests: KeyDigest
     static let group = "pushwarden"
 
-    init(client: RedisClient, sealer: StoreSealer = .none) {
+    /// - Parameter digests: must be the sidecars' (`store.digest_key`) wherever marks are set or
+    ///   cleared; a reader of dead letters alone may leave it unkeyed.
+    init(client: RedisClient, sealer: StoreSealer = .none, digests: KeyDigest = .unkeyed) {
         self.client = client
         self.sealer = sealer
+        self.digests = digests
     }
 
     /// The entry a stream message holds, its sealed fields opened.
@@ -48,14 +53,18 @@ struct OutboxStreams: Sendable {
         func layout(_ consumer: String) -> String { "pw:v2:{outbox:\(app):\(upstream):dead}:layout:\(consumer)" }
 
         /// The shard a token's deliveries go to: the first bytes of its hash.
-        func shard(of pushToken: String) -> Int { place(of: pushToken).shard }
+        func shard(of pushToken: String) -> Int { place(of: pushToken, digests: .unkeyed).shard }
 
-        /// The token's shard and the key of its waiting mark there, from one hash of the token.
-        func place(of pushToken: String) -> (shard: Int, mark: String) {
+        /// The token's shard and the key of its waiting mark there. The shard comes from the plain
+        /// hash of the token whatever `digests` is (a token's deliveries stay in one shard, in
+        /// order, when `store.digest_key` is turned on); the mark is named by the keyed digest
+        /// when there is one.
+        func place(of pushToken: String, digests: KeyDigest) -> (shard: Int, mark: String) {
             let digest = SHA256.hash(Array(pushToken.utf8))
             let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
             let shard = Int(value % UInt32(clamping: max(1, shards)))  // a count from outside never divides by zero
-            return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + Hex.encode(digest))
+            let name = digests.isKeyed ? digests.hex(app, upstream, pushToken) : Hex.encode(digest)
+            return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + name)
         }
     }
 
@@ -85,7 +94,7 @@ struct OutboxStreams: Sendable {
     /// already waited (nothing written).
     @discardableResult
     func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Bool {
-        let (shard, markKey) = upstream.place(of: entry.pushToken)
+        let (shard, markKey) = upstream.place(of: entry.pushToken, digests: digests)
         var arguments = [entry.encoded(sealer: sealer)]
         if case .waiting(let fingerprint, let seconds) = mark { arguments += [fingerprint, String(max(1, seconds))] }
         let reply = try await evaluate(Self.appendScript, keys: [upstream.stream(shard), markKey], arguments: arguments, on: loop)
@@ -140,7 +149,7 @@ struct OutboxStreams: Sendable {
     /// content is queued again when it comes back.
     func done(_ id: String, shard: Int, of upstream: Upstream, clearing pushToken: String? = nil) async throws(StoreError) {
         var keys = [upstream.stream(shard)]
-        if let pushToken { keys.append(upstream.place(of: pushToken).mark) }
+        if let pushToken { keys.append(upstream.place(of: pushToken, digests: digests).mark) }
         _ = try await evaluate(Self.doneScript, keys: keys, arguments: [Self.group, id], on: nil)
     }
 

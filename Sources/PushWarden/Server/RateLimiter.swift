@@ -28,6 +28,8 @@ final class RateLimiter: Sendable {
 
     private let state = Mutex(State())
     private let redis: RedisStore?
+    /// Names each contact's counters, as the contact's other keys are named.
+    private let digests: KeyDigest
     private let metrics: Metrics
     private let logger: Logger
 
@@ -50,8 +52,9 @@ final class RateLimiter: Sendable {
 
     /// - Parameter store: a `RedisStore` shares the limits through its Redis; any other store keeps
     ///   them in this process.
-    init(store: any DedupeStore, metrics: Metrics, logger: Logger) {
+    init(store: any DedupeStore, digests: KeyDigest, metrics: Metrics, logger: Logger) {
         redis = store as? RedisStore
+        self.digests = digests
         self.metrics = metrics
         self.logger = logger
     }
@@ -69,7 +72,7 @@ final class RateLimiter: Sendable {
             completion(admitLocally(app: app, route: route, contactID: contactID, limit: limit))
             return
         }
-        let key = ContactKeys(app: app.id, contactID: contactID).rateLimit(route: route)
+        let key = digests.contact(contactID, app: app.id).rateLimit(route: route)
         redis.evaluate(Self.gcraScript, keys: [key], arguments: [String(limit.requests), String(UInt64(limit.perSeconds) * 1000)],
                        on: loop) { [self] result in
             completion(verdict(result, app: app.id, route: route))
