@@ -36,7 +36,7 @@ token: $(DEV_SECRET_FILE)
 ## again built as the product is (-O, RELEASE_SUITES), the C wrappers' suites under AddressSanitizer
 ## (ASAN_SUITES, the half of `make sanitize` that fits the budget), then the checks beside the Swift tests
 ## (scripts/checks/*.check.sh: the release binary's soak, OpenAPI, manifests, container, ...).
-RELEASE_SUITES ?= ConcurrentMapTests|AuditTrailTests|PolicySerialTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests
+RELEASE_SUITES ?= ConcurrentMapTests|AuditTrailTests|PolicySerialTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests|KeyedDigestTests
 test: deps
 	swift build --build-tests
 	timeout 1200 swift test --skip-build --no-parallel
@@ -48,14 +48,14 @@ test: deps
 ## ThreadSanitizer over the suites with shared state across threads (store, outbox, inventory,
 ## cluster, the loops, the HTTP edge and server), AddressSanitizer over the wrappers of C libraries;
 ## each in a scratch path of its own. Every name must be a suite; fails on any report or failed
-## suite (see README, "Sanitizers").
+## suite (see docs/testing.md, "Sanitizers").
 TSAN_SUITES ?= ConcurrentMapTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RateLimitStoreTests|OutboxTests|OutboxProcessTests|InventoryTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|ClusterClientTests|LoopRedisTests|LoopAffinityTests|ContractTests|EarlyRefusalTests|ServerToServerTests|HTTPServerTests|ConnectionLimitTests|RequestFramingTests
 ASAN_SUITES ?= RedisCommandTests|RedisConfigurationTests|RedisAvailabilityTests|ClusterSlotTests|ClusterClientTests|LoopRedisTests|HTTPClientTests|HTTPClientTLSTests|LoopClientTests|HTTPServerTests|RequestFramingTests|ConnectionLimitTests|CryptoPrimitiveTests|KeyTests|AESGCMTests|AcceptedTokenTests|RefusedTokenTests|ConcurrencyTests|YAMLParserTests|PolicyLoaderTests
 sanitize: deps
 	scripts/sanitize.sh thread '$(TSAN_SUITES)'
 	scripts/sanitize.sh address '$(ASAN_SUITES)'
 
-## Benchmarks the release build against nginx, every scenario twice in a row (see BENCHMARKS.md).
+## Benchmarks the release build against nginx, every scenario twice in a row (docs/benchmarks.md summarises the latest run).
 RUNS ?= 2
 bench:
 	@scripts/install-deps.sh --bench

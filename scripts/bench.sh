@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # PushWarden benchmark: nginx baselines and PushWarden's hot paths side by side in one run, on
 # loopback only, every load bounded in time. Prints one table with PASS/FAIL per bar (issue 3)
-# and writes it to bench-out/last.txt. See BENCHMARKS.md.
+# and writes it to bench-out/last.txt. docs/benchmarks.md summarises the latest run; the dated
+# history is docs/benchmarks-log.md.
 #
 #   make bench                                  # the full run (about 3 minutes)
 #   DURATION=5s SOAK=10s SCENARIOS=hit scripts/bench.sh   # a quick look at one path
@@ -42,8 +43,9 @@ PERF_EVENT=${PERF_EVENT:-cpu-clock}
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 # ROUNDS=N: after each run's rows, N rounds of short rows (ROUND_DURATION) of this build against
 # the baseline and the cluster sidecar, alternating which goes first, for P1 and P2: the table then
-# gives the median this/other ratio, its spread and the CPU per request of each (see BENCHMARKS.md:
-# a single side-by-side row differs by up to 20% between two identical processes here).
+# gives the median this/other ratio, its spread and the CPU per request of each (see
+# docs/benchmarks-log.md: a single side-by-side row differs by up to 20% between two identical
+# processes here).
 ROUNDS=${ROUNDS:-0}
 ROUND_DURATION=${ROUND_DURATION:-5s}
 

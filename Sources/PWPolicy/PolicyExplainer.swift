@@ -24,6 +24,7 @@ public enum PolicyExplainer {
         }
         lines.append("")
         lines.append("Store (every app): " + encryptionAtRest(policy.store))
+        lines.append("Key names (every app): " + keyNames(policy.store))
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -40,6 +41,17 @@ public enum PolicyExplainer {
                 + previous.map(\.description).joined(separator: ", ")
         return "push tokens and Web Push secrets stored as values (identities, outbox entries, inventory) are encrypted at rest "
             + "(AES-256-GCM) with the key from \(store.encryptionKey) (store.encryption_key); \(older)"
+    }
+
+    /// What the store's key names are made of: keyed digests with `store.digest_key` (named by
+    /// reference only), plain SHA-256 digests without.
+    public static func keyNames(_ store: StorePolicy?) -> String {
+        guard let digestKey = store?.digestKey else {
+            return "contact ids and push tokens appear in key names (and in the evidence trail) as unkeyed SHA-256 digests: "
+                + "a dump can be matched against a list of contact ids; no store.digest_key"
+        }
+        return "contact ids and push tokens appear in key names (and in the evidence trail) only as keyed digests "
+            + "(HMAC-SHA-256) under the key from \(digestKey) (store.digest_key), never rotated"
     }
 
     /// Whether erasures leave signed receipts, and which key signs them (by reference).

@@ -357,6 +357,12 @@ public enum PolicyExplainerHTML {
         } else {
             lines.append(Box.Line("  off: push tokens and Web Push secrets are stored as sent"))
         }
+        lines.append(Box.Line("key names (store.digest_key):", "strong"))
+        if let digestKey = store?.digestKey {
+            lines.append(Box.Line("  contacts and push tokens as HMAC-SHA-256 digests, key from \(digestKey)", "secret"))
+        } else {
+            lines.append(Box.Line("  contacts and push tokens as unkeyed SHA-256 digests"))
+        }
         if let introspection = app.session.introspection {
             lines.append(Box.Line("introspection answers (process memory only):", "strong"))
             lines.append(Box.Line("  keyed by a hash of the session token, up to \(duration(seconds: introspection.cacheTTLSeconds)); refusals 5s"))

@@ -2,13 +2,15 @@ import PWCore
 import YAMLKit
 
 /// The policy's top-level `store:` block (CONTRACT section 8): the key that seals push tokens and
-/// Web Push secrets stored as values, and the keys that still open values sealed before a
-/// rotation. Only references are held here; `StoreKeys.resolve` reads the values.
+/// Web Push secrets stored as values, the keys that still open values sealed before a rotation,
+/// and the key that names contacts and tokens in key names. Only references are held here;
+/// `StoreKeys.resolve` reads the values.
 ///
 /// ```yaml
 /// store:
 ///   encryption_key: {env: PUSHWARDEN_STORE_KEY}
 ///   previous_encryption_keys: [{file: /run/secrets/store-key-2026-06}]
+///   digest_key: {file: /run/secrets/store-digest-key}
 /// ```
 public struct StorePolicy: Sendable, Equatable {
     /// Seals every new value and opens the ones it sealed.
@@ -18,17 +20,23 @@ public struct StorePolicy: Sendable, Equatable {
     /// Refuse a stored value that is not sealed (a Redis writer's plant) instead of reading it as
     /// one written before encryption was turned on.
     public var requireSealed: Bool
+    /// Keys the digests that name contacts and push tokens in key names (HMAC-SHA-256), so a dump
+    /// cannot be matched against a list of contact ids. Never rotated: every name depends on it.
+    public var digestKey: SecretRef?
 
-    public init(encryptionKey: SecretRef, previousEncryptionKeys: [SecretRef] = [], requireSealed: Bool = false) {
+    public init(encryptionKey: SecretRef, previousEncryptionKeys: [SecretRef] = [], requireSealed: Bool = false,
+                digestKey: SecretRef? = nil) {
         self.encryptionKey = encryptionKey
         self.previousEncryptionKeys = previousEncryptionKeys
         self.requireSealed = requireSealed
+        self.digestKey = digestKey
     }
 
     /// Policy paths of the references, for diagnostics (`store.encryption_key`,
     /// `store.previous_encryption_keys[0]`).
     public static let encryptionKeyPath = "store.encryption_key"
     public static func previousKeyPath(_ index: Int) -> String { "store.previous_encryption_keys[\(index)]" }
+    public static let digestKeyPath = "store.digest_key"
 }
 
 /// The key values behind a `StorePolicy`, each exactly 32 bytes.
@@ -36,16 +44,22 @@ public struct StorePolicy: Sendable, Equatable {
 /// - Important: holds secrets: never log or print it (its description names the references only).
 public struct StoreKeys: Sendable, CustomStringConvertible {
     public static let byteCount = 32
+    /// Fewest distinct byte values a digest key may hold: 32 random bytes hold about 30, a typed
+    /// or patterned value far fewer.
+    public static let minimumDistinctDigestKeyBytes = 16
 
     public var current: [UInt8]
     public var previous: [[UInt8]]
+    /// `store.digest_key`, when set.
+    public var digest: [UInt8]?
 
-    public init(current: [UInt8], previous: [[UInt8]] = []) {
+    public init(current: [UInt8], previous: [[UInt8]] = [], digest: [UInt8]? = nil) {
         self.current = current
         self.previous = previous
+        self.digest = digest
     }
 
-    public var description: String { "StoreKeys(1 current, \(previous.count) previous)" }
+    public var description: String { "StoreKeys(1 current, \(previous.count) previous, digest key \(digest == nil ? "unset" : "set"))" }
 
     /// Resolves every reference of `store` and decodes each value, which must be 32 bytes in
     /// standard base64 (as `openssl rand -base64 32` prints; surrounding whitespace is ignored).
@@ -59,19 +73,33 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
 
     /// What `pushwarden policy check` reports about the policy's store keys: an error for a value
     /// `serve` would refuse, a warning for a reference that cannot be read here (the environment
-    /// that checks a file seldom holds its secrets). Empty without a `store` block.
+    /// that checks a file seldom holds its secrets), and, when nothing is wrong, a warning that key
+    /// names still carry unkeyed digests (no `digest_key`). Empty without a `store` block.
     public static func diagnostics(for policy: Policy, secrets: some SecretResolving = SecretResolver()) -> [Diagnostic] {
         guard let store = policy.store else { return [] }
-        return read(store, in: policy, secrets: secrets, unresolvable: .warning).diagnostics
+        var found = read(store, in: policy, secrets: secrets, unresolvable: .warning).diagnostics
+        // Only once the keys themselves are right: a policy with errors has those to fix first.
+        if store.digestKey == nil, !found.contains(where: { $0.severity == .error }) {
+            found.append(policy.diagnostic(at: StorePolicy.encryptionKeyPath, missingDigestKey, severity: .warning))
+        }
+        return found
     }
+
+    /// Why encryption without `digest_key` is worth a warning (a refusal would stop deployments
+    /// that encrypted before the key existed).
+    public static let missingDigestKey = "store.digest_key is not set: key names carry unkeyed SHA-256 digests of contact ids "
+        + "and push tokens, so a dump can be matched against a list of contact ids; set digest_key "
+        + "(32 random bytes in base64, not an encryption key) to key them"
 
     private static func read(_ store: StorePolicy, in policy: Policy, secrets: some SecretResolving,
                              unresolvable: Diagnostic.Severity) -> (StoreKeys?, diagnostics: [Diagnostic]) {
         var diagnostics: [Diagnostic] = []
-        let refs = [(store.encryptionKey, StorePolicy.encryptionKeyPath)]
+        var refs = [(store.encryptionKey, StorePolicy.encryptionKeyPath)]
             + store.previousEncryptionKeys.enumerated().map { ($0.element, StorePolicy.previousKeyPath($0.offset)) }
+        if let digestKey = store.digestKey { refs.append((digestKey, StorePolicy.digestKeyPath)) }
         var values: [[UInt8]?] = []
         for (ref, path) in refs {
+            let isDigestKey = path == StorePolicy.digestKeyPath
             let raw: [UInt8]
             do {
                 raw = try secrets.resolve(ref)
@@ -84,7 +112,13 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
             case .success(let bytes):
                 // Two references to one key would make a rotation look done when it is not.
                 if let same = values.firstIndex(where: { $0 == bytes }) {
-                    diagnostics.append(policy.diagnostic(at: path, "secret \(ref) holds the same key as \(refs[same].1); list each key once"))
+                    diagnostics.append(policy.diagnostic(at: path, isDigestKey
+                        ? "secret \(ref) holds the same key as \(refs[same].1); the digest key must be a key of its own (it is never rotated)"
+                        : "secret \(ref) holds the same key as \(refs[same].1); list each key once"))
+                    values.append(nil)
+                } else if isDigestKey, Set(bytes).count < minimumDistinctDigestKeyBytes {
+                    diagnostics.append(policy.diagnostic(at: path, "secret \(ref) does not look random (\(Set(bytes).count) distinct bytes); "
+                        + "make it with `openssl rand -base64 32`"))
                     values.append(nil)
                 } else {
                     values.append(bytes)
@@ -95,7 +129,9 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
             }
         }
         guard let current = values[0], values.allSatisfy({ $0 != nil }) else { return (nil, diagnostics) }
-        return (StoreKeys(current: current, previous: values.dropFirst().compactMap { $0 }), diagnostics)
+        let previousCount = store.previousEncryptionKeys.count
+        return (StoreKeys(current: current, previous: values[1..<(1 + previousCount)].compactMap { $0 },
+                          digest: store.digestKey == nil ? nil : values.last ?? nil), diagnostics)
     }
 
     /// Why a key value was refused; never holds the value.
@@ -132,10 +168,10 @@ public struct StoreKeys: Sendable, CustomStringConvertible {
 }
 
 extension PolicyReader {
-    /// `store: {encryption_key: REF, previous_encryption_keys: [REF, ...], require_sealed: BOOL}`.
+    /// `store: {encryption_key: REF, previous_encryption_keys: [REF, ...], require_sealed: BOOL, digest_key: REF}`.
     func store(_ node: YAMLNode) -> StorePolicy? {
         let path = "store"
-        let fields = Fields(checker, node, path, allowed: ["encryption_key", "previous_encryption_keys", "require_sealed"])
+        let fields = Fields(checker, node, path, allowed: ["encryption_key", "previous_encryption_keys", "require_sealed", "digest_key"])
         guard fields.isMapping else { return nil }
         guard let keyNode = fields.required("encryption_key") else { return nil }
         let current = checker.secret(keyNode, fields.at("encryption_key"))
@@ -168,7 +204,20 @@ extension PolicyReader {
         if let flag = fields["require_sealed"] {
             requireSealed = checker.choice(flag, fields.at("require_sealed"), ["true", "false"]).map { $0 == "true" }
         }
-        guard let current, let previous, let requireSealed else { return nil }
-        return StorePolicy(encryptionKey: current, previousEncryptionKeys: previous, requireSealed: requireSealed)
+        var digestKey: SecretRef?? = .some(nil)
+        if let digestNode = fields["digest_key"] {
+            digestKey = checker.secret(digestNode, fields.at("digest_key")).map { .some($0) }
+            if let ref = digestKey ?? nil {
+                if ref == current || (previous ?? []).contains(ref) {
+                    checker.report(digestNode.mark, StorePolicy.digestKeyPath,
+                                   "\(ref) is also an encryption key; the digest key must be a key of its own (it is never rotated)")
+                    digestKey = nil
+                } else {
+                    checker.locate(digestNode.mark, StorePolicy.digestKeyPath)
+                }
+            }
+        }
+        guard let current, let previous, let requireSealed, let digestKey else { return nil }
+        return StorePolicy(encryptionKey: current, previousEncryptionKeys: previous, requireSealed: requireSealed, digestKey: digestKey)
     }
 }

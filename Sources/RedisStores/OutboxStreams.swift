@@ -23,11 +23,16 @@ import Registration
 package struct OutboxStreams: OutboxQueue {
     package let client: RedisClient
     package let sealer: StoreSealer
+    /// Names a token's waiting mark, as the store's other keys name tokens.
+    package let digests: KeyDigest
     package static let group = "pushwarden"
 
-    package init(client: RedisClient, sealer: StoreSealer = .none) {
+    /// - Parameter digests: must be the sidecars' (`store.digest_key`) wherever marks are set or
+    ///   cleared; a reader of dead letters alone may leave it unkeyed.
+    package init(client: RedisClient, sealer: StoreSealer = .none, digests: KeyDigest = .unkeyed) {
         self.client = client
         self.sealer = sealer
+        self.digests = digests
     }
 
     /// The entry a stream message holds, its sealed fields opened.
@@ -48,7 +53,7 @@ package struct OutboxStreams: OutboxQueue {
     /// already waited (nothing written).
     @discardableResult
     package func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Bool {
-        let (shard, markKey) = upstream.place(of: entry.pushToken)
+        let (shard, markKey) = upstream.place(of: entry.pushToken, digests: digests)
         var arguments = [entry.encoded(sealer: sealer)]
         if case .waiting(let fingerprint, let seconds) = mark { arguments += [fingerprint, String(max(1, seconds))] }
         let reply = try await evaluate(Self.appendScript, keys: [upstream.stream(shard), markKey], arguments: arguments, on: loop)
@@ -103,7 +108,7 @@ package struct OutboxStreams: OutboxQueue {
     /// content is queued again when it comes back.
     package func done(_ id: String, shard: Int, of upstream: Upstream, clearing pushToken: String? = nil) async throws(StoreError) {
         var keys = [upstream.stream(shard)]
-        if let pushToken { keys.append(upstream.place(of: pushToken).mark) }
+        if let pushToken { keys.append(upstream.place(of: pushToken, digests: digests).mark) }
         _ = try await evaluate(Self.doneScript, keys: keys, arguments: [Self.group, id], on: nil)
     }
 

@@ -80,6 +80,7 @@ func outboxCommand(_ arguments: ArraySlice<String>) async -> Never {
     let flags = parseFlags(arguments.dropFirst(), allowed: ["redis", "policy", "policy-key", "app", "upstream"])
     guard let url = flags["redis"] ?? ServeConfiguration.Variable.redisURL.value else { fail("outbox needs --redis URL (or PUSHWARDEN_REDIS_URL)") }
     var sealer = StoreSealer.none
+    var digests = KeyDigest.unkeyed
     var policy: Policy?
     if let policyPath = flags["policy"] ?? ServeConfiguration.Variable.policy.value {
         var policyKey: Ed25519PublicKey?
@@ -98,6 +99,7 @@ func outboxCommand(_ arguments: ArraySlice<String>) async -> Never {
         }
         do {
             sealer = try StoreSealer.make(for: loaded, secrets: SecretResolver())
+            digests = try KeyDigest.make(for: loaded, secrets: SecretResolver())
         } catch {
             fail(error.description, code: 1)
         }
@@ -105,7 +107,7 @@ func outboxCommand(_ arguments: ArraySlice<String>) async -> Never {
     }
     do {
         let report = try await OutboxCommand.run(action, redisURL: url, app: flags["app"], upstream: flags["upstream"], policy: policy,
-                                                 sealer: sealer) { print($0) }
+                                                 sealer: sealer, digests: digests) { print($0) }
         exit(report.failed > 0 ? 1 : 0)
     } catch {
         fail(error.description, code: 1)

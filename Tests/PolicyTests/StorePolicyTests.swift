@@ -36,7 +36,7 @@ import Testing
             "t.yaml:14:3: store: missing required key 'encryption_key'",
         ]),
         Fixture(name: "an unknown key", yaml: policy("store:\n  encryption_key: {env: K}\n  cipher: aes\n"), expected: [
-            "t.yaml:15:3: store: unknown key 'cipher'; allowed keys: encryption_key, previous_encryption_keys, require_sealed",
+            "t.yaml:15:3: store: unknown key 'cipher'; allowed keys: encryption_key, previous_encryption_keys, require_sealed, digest_key",
         ]),
         Fixture(name: "the current key again", yaml: policy("store:\n  encryption_key: {env: K}\n  previous_encryption_keys: [{env: K}]\n"),
                 expected: ["t.yaml:15:30: store.previous_encryption_keys[0]: env:K is the encryption_key itself; list only keys it replaced"]),
@@ -63,7 +63,7 @@ import Testing
         #expect(keys.current == [UInt8](repeating: 7, count: 32))
         #expect(keys.previous == [[UInt8](repeating: 9, count: 32)])
         #expect(!keys.description.contains("7"))  // never the bytes
-        #expect(StoreKeys.diagnostics(for: policy, secrets: secrets).isEmpty)
+        #expect(StoreKeys.diagnostics(for: policy, secrets: secrets).map(\.message) == [StoreKeys.missingDigestKey])
     }
 
     /// Every value `openssl rand -base64 32` would not print is refused, at the reference's place,
@@ -110,7 +110,7 @@ import Testing
             #expect(diagnostics.diagnostics.map(\.description) == ["t.yaml:14:19: store.encryption_key: secret env:K: not provided; it must hold the store key"])
         }
         let check = StoreKeys.diagnostics(for: policy, secrets: secrets)
-        #expect(check.map(\.severity) == [.warning])
+        #expect(check.map(\.severity) == [.warning, .warning])
     }
 
     @Test func oneKeyUnderTwoReferencesIsRefused() throws {
@@ -133,5 +133,76 @@ import Testing
         #expect(html.contains("1 previous key(s) still open older values: file:/keys/old"))
         let plainHTML = PolicyExplainerHTML.render(try PolicyLoader.load(text: minimalPolicy, path: "t.yaml").get())
         #expect(plainHTML.contains("off: push tokens and Web Push secrets are stored as sent"))
+    }
+
+    // MARK: store.digest_key
+
+    /// Encryption without a digest key is a warning, not a refusal: deployments that encrypted
+    /// before the key existed keep working, and their names stay as they are.
+    @Test func encryptionWithoutADigestKeyIsAWarning() throws {
+        let policy = try PolicyLoader.load(text: Self.twoKeys, path: "t.yaml").get()
+        let secrets = StaticSecrets([.env("K"): Self.base64Key(7), .file("/keys/old"): Self.base64Key(9)])
+        #expect(StoreKeys.diagnostics(for: policy, secrets: secrets).map(\.description)
+                == ["t.yaml:14:19: store.encryption_key: warning: " + StoreKeys.missingDigestKey])
+        #expect(StoreKeys.diagnostics(for: try PolicyLoader.load(text: minimalPolicy, path: "t.yaml").get()).isEmpty)
+    }
+
+    static let withDigestKey = policy("store:\n  encryption_key: {env: K}\n  digest_key: {file: /keys/digest}\n")
+
+    /// 32 random bytes in base64: what `openssl rand -base64 32` prints.
+    static func randomKey() -> [UInt8] {
+        Array(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString().utf8)
+    }
+
+    @Test func aDigestKeyLoadsResolvesAndSilencesTheWarning() throws {
+        let policy = try PolicyLoader.load(text: Self.withDigestKey, path: "t.yaml").get()
+        #expect(policy.store == StorePolicy(encryptionKey: .env("K"), digestKey: .file("/keys/digest")))
+        let digest = Self.randomKey()
+        let secrets = StaticSecrets([.env("K"): Self.base64Key(7), .file("/keys/digest"): digest])
+        let keys = try StoreKeys.resolve(try #require(policy.store), in: policy, secrets: secrets).get()
+        #expect(keys.digest.map { Data($0).base64EncodedString() } == String(decoding: digest, as: UTF8.self))
+        #expect(keys.previous.isEmpty && keys.current == [UInt8](repeating: 7, count: 32))
+        #expect(StoreKeys.diagnostics(for: policy, secrets: secrets).isEmpty)
+    }
+
+    @Test(arguments: [
+        ("a short key", Array(Data(repeating: 1, count: 16).base64EncodedString().utf8),
+         "t.yaml:15:15: store.digest_key: secret file:/keys/digest: must be 32 bytes in base64, as `openssl rand -base64 32` prints; the value decodes to 16 bytes"),
+        ("a patterned key", Array(Data((0..<32).map { UInt8($0 % 4) }).base64EncodedString().utf8),
+         "t.yaml:15:15: store.digest_key: secret file:/keys/digest does not look random (4 distinct bytes); make it with `openssl rand -base64 32`"),
+        ("the encryption key's value", base64Key(7),
+         "t.yaml:15:15: store.digest_key: secret file:/keys/digest holds the same key as store.encryption_key; the digest key must be a key of its own (it is never rotated)"),
+    ])
+    func aWeakOrSharedDigestKeyIsRefused(_ name: String, _ value: [UInt8], _ expected: String) throws {
+        let policy = try PolicyLoader.load(text: Self.withDigestKey, path: "t.yaml").get()
+        let secrets = StaticSecrets([.env("K"): Self.base64Key(7), .file("/keys/digest"): value])
+        switch StoreKeys.resolve(try #require(policy.store), in: policy, secrets: secrets) {
+        case .success: Issue.record("\(name): resolved")
+        case .failure(let diagnostics): #expect(diagnostics.diagnostics.map(\.description) == [expected], "\(name)")
+        }
+        #expect(StoreKeys.diagnostics(for: policy, secrets: secrets).map(\.description) == [expected], "\(name)")
+    }
+
+    @Test func theDigestKeyCannotBeAnEncryptionKeyReference() {
+        #expect(loadDiagnostics(Self.policy("store:\n  encryption_key: {env: K}\n  digest_key: {env: K}\n")) == [
+            "t.yaml:15:15: store.digest_key: env:K is also an encryption key; the digest key must be a key of its own (it is never rotated)",
+        ])
+        #expect(loadDiagnostics(Self.policy("store:\n  encryption_key: {env: K}\n  previous_encryption_keys: [{env: A}]\n  digest_key: {env: A}\n")) == [
+            "t.yaml:16:15: store.digest_key: env:A is also an encryption key; the digest key must be a key of its own (it is never rotated)",
+        ])
+        #expect(loadDiagnostics(Self.policy("store:\n  encryption_key: {env: K}\n  digest_key: c2VjcmV0\n")) == [
+            "t.yaml:15:15: store.digest_key: a secret must never be written into the policy file; use {env: NAME} or {file: /absolute/path}",
+        ])
+    }
+
+    @Test func explainSaysKeyNamesAreKeyedDigestsByReferenceOnly() throws {
+        let with = PolicyExplainer.explain(try PolicyLoader.load(text: Self.withDigestKey, path: "t.yaml").get())
+        #expect(with.contains("Key names (every app): contact ids and push tokens appear in key names (and in the evidence trail) only as "
+                              + "keyed digests (HMAC-SHA-256) under the key from file:/keys/digest (store.digest_key), never rotated"), "\(with)")
+        let without = PolicyExplainer.explain(try PolicyLoader.load(text: Self.twoKeys, path: "t.yaml").get())
+        #expect(without.contains("Key names (every app): contact ids and push tokens appear in key names (and in the evidence trail) as "
+                                 + "unkeyed SHA-256 digests"), "\(without)")
+        let html = PolicyExplainerHTML.render(try PolicyLoader.load(text: Self.withDigestKey, path: "t.yaml").get())
+        #expect(html.contains("contacts and push tokens as HMAC-SHA-256 digests, key from file:/keys/digest"))
     }
 }

@@ -92,7 +92,7 @@ import Testing
     }
 
     /// Answers libmicrohttpd 0.9.75 sends itself, before any callback of ours can answer: kept
-    /// refusals (status and a closed connection), without the envelope. The README lists them.
+    /// refusals (status and a closed connection), without the envelope. docs/security.md lists them.
     @Test func answersLeftToLibmicrohttpd() async throws {
         let h = try await Harness(store: .memory)
         let port = h.sidecar.port
@@ -110,7 +110,7 @@ import Testing
         for (name, raw, status) in cases {
             let seen = try await send(raw, port: port)
             #expect(seen.response?.status == status, "\(name)")
-            #expect(seen.errorCode == nil, "\(name): now in the envelope? update the README's list")
+            #expect(seen.errorCode == nil, "\(name): now in the envelope? update the list in docs/security.md")
             #expect(seen.closed, "\(name)")
         }
         await h.stop()

@@ -7,7 +7,7 @@ import PushWardenTestSupport
 @testable import Registration
 import Testing
 
-/// The inventory's index in Redis (README, Key layout): each token's holder and last-seen entry in
+/// The inventory's index in Redis (docs/architecture.md, Key layout): each token's holder and last-seen entry in
 /// one of 256 shards of its app, what is left from builds before the shards, and the sweeper's
 /// care with records that outlived what the index says of them. Real redis-server, real HTTP.
 @Suite struct InventoryLayoutTests {

@@ -44,7 +44,7 @@ import Testing
             let store = RedisStore(client: client)
             registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                                   identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger,
-                                  inventory: Inventory(store: RedisInventoryStore(store: store)))
+                                  inventory: Inventory(store: RedisInventoryStore(store: store), digests: .unkeyed))
         }
 
         func origin(on loop: EventLoop?) -> Registrar.Origin {

@@ -87,7 +87,7 @@ import Testing
         // Delivered: the dedupe entry is committed like a sync forward's.
         #expect(await Self.eventually { (try? await h.post("/installations", body).outcome("voyado")) == "unchanged" })
         // Nothing is left in the outbox, so no second delivery can come.
-        #expect(await Self.eventually { (try? await client.send(["XLEN", target.stream(target.place(of: token).shard)])) == .integer(0) })
+        #expect(await Self.eventually { (try? await client.send(["XLEN", target.stream(target.shard(of: token))])) == .integer(0) })
         #expect(mock.received(path: "/installations").count == 1)
         await h.stop()
         await mock.stop()
@@ -104,7 +104,7 @@ import Testing
         defer { client.close() }
         let token = Self.fcm()
         let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
-        let (shard, mark) = target.place(of: token)
+        let (shard, mark) = target.place(of: token, digests: .unkeyed)
         func waiting() async throws -> Int {
             guard case .integer(let n) = try await client.send(["XLEN", target.stream(shard)]) else { return -1 }
             return Int(n)
@@ -266,7 +266,7 @@ import Testing
         await mock.stop()
     }
 
-    /// Redis restarted (append-only file, as the README asks for) while deliveries wait: none lost.
+    /// Redis restarted (append-only file, as docs/operations.md asks for) while deliveries wait: none lost.
     @Test func aRedisRestartWithAnAppendOnlyFileLosesNothing() async throws {
         let aof = ["--appendonly", "yes", "--appendfsync", "always"]
         let first = try RedisServer.start(arguments: aof)

@@ -4,7 +4,7 @@ import PWCrypto
 @testable import Registration
 import Testing
 
-/// The names a registration's state is kept under (README, Key layout): pinned against a digest
+/// The names a registration's state is kept under (docs/architecture.md, Key layout): pinned against a digest
 /// computed here the plain way, so a faster spelling of them cannot move a key to another name or
 /// another cluster slot unseen.
 @Suite struct RegistrationKeysTests {

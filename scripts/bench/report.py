@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns the benchmark's raw results into the table BENCHMARKS.md keeps, with PASS/FAIL per bar.
+"""Turns the benchmark's raw results into one table with PASS/FAIL per bar: the table
+docs/benchmarks.md summarises and docs/benchmarks-log.md keeps run by run.
 
 Input: a results file of `name|rps|p50|p99|non2xx|errors` lines plus `key=value` facts.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The container image, without a container engine (the image itself is not built here):
+# The Dockerfile, read (container-run.check.sh builds its runtime stage and runs it):
 # 1. hadolint finds nothing in the Dockerfile (any level, style included).
 # 2. The HEALTHCHECK is the binary's own `pushwarden healthcheck`, in exec form, and the runtime
 #    stage installs no curl or wget.

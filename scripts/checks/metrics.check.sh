@@ -3,8 +3,8 @@
 # `promtool check metrics` (the exposition format and Prometheus' naming lint), and every metric
 # each query of the Grafana dashboards uses (deploy/grafana/*.json, their template variables
 # included) is a family that /metrics exports (a histogram by its _bucket, _sum or _count),
-# except those NOT_YET names below (none today), which a panel marked "(once durable delivery
-# lands)" may query before they are built; once one is exported this check fails until it leaves
+# except those NOT_YET names below (none today), which a panel marked "(not built yet)" may
+# query before they are built; once one is exported this check fails until it leaves
 # the list. The sidecar runs on a Redis of its own with its upstream queued, so the outbox's
 # metrics are exported too.
 # DASHBOARDS="file..." checks other dashboards (the failure trials do).
@@ -12,7 +12,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 NOT_YET=()
-MARKER="(once durable delivery lands)"
+MARKER="(not built yet)"
 DASHBOARDS=${DASHBOARDS:-$(ls deploy/grafana/*.json)}
 
 ensure_apt curl openssl python3 python3-venv redis-server
@@ -226,7 +226,7 @@ for path in dashboards:
         problems.append(f"{path}: no queries found")
     print(f"{path}: {count} queries checked")
 
-print("not exported yet (CONTRACT section 7, panels marked \"%s\"): %s" % (marker, ", ".join(sorted(not_yet)) or "none"))
+print("not exported yet (panels marked \"%s\"): %s" % (marker, ", ".join(sorted(not_yet)) or "none"))
 for n in sorted(not_yet - used_not_yet):
     print(f"note: NOT_YET names {n}, which no dashboard uses")
 for p in problems:

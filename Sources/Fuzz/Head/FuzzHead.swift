@@ -49,7 +49,7 @@ let handler: ClientAPIHandler = {
     let registrar = Registrar(deduper: Deduper(store: store, metrics: metrics, logger: logger),
                               identities: IdentityStore(store: store, logger: logger), metrics: metrics, logger: logger)
     return ClientAPIHandler(apps: AppTable(["demo": AppRuntime(policy: app, sessions: sessions, upstreams: [])]),
-                            registrar: registrar, rateLimiter: RateLimiter(shared: nil, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
+                            registrar: registrar, rateLimiter: RateLimiter(shared: nil, digests: .unkeyed, metrics: metrics, logger: logger), metrics: metrics, logger: logger)
 }()
 
 let routes = ["/v1/apps/demo/installations", "/v1/apps/demo/installations/unregister", "/v1/apps/demo/events"].map { Array($0.utf8) }

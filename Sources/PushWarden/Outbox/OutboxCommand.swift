@@ -45,10 +45,10 @@ public enum OutboxCommand {
     /// - Parameter policy: the policy the sidecars serve: where `replay` places entries. Without
     ///   it, the layout the running sidecars recorded.
     public static func run(_ action: Action, redisURL: String, app: String?, upstream: String?, policy: Policy? = nil,
-                           sealer: StoreSealer = .none, write: (String) -> Void) async throws(ConfigurationError) -> Report {
+                           sealer: StoreSealer = .none, digests: KeyDigest = .unkeyed, write: (String) -> Void) async throws(ConfigurationError) -> Report {
         let client = try RedisClient.forCommand(redisURL)
         defer { client.close() }
-        let streams = OutboxStreams(client: client, sealer: sealer)
+        let streams = OutboxStreams(client: client, sealer: sealer, digests: digests)
         let found = try await scan(client, app: app, upstream: upstream)
         var report = Report()
         for target in found.dead {

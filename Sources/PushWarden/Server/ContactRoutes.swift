@@ -35,10 +35,13 @@ final class ContactRoutes: Sendable {
     private let audit: Logger
     /// The signed evidence trail in force (policy `audit`), replaced by a reload.
     private let receipts: Mutex<AuditTrail?>
+    /// Names the contact in a receipt as the store names it, so a receipt gives no more away than a key.
+    private let digests: KeyDigest
 
     init(tokens: AdminTokens, administration: (any ContactAdministration)?, apps: AppTable,
-         metrics: Metrics, logger: Logger, receipts: AuditTrail? = nil) {
+         metrics: Metrics, logger: Logger, receipts: AuditTrail? = nil, digests: KeyDigest) {
         self.tokens = Mutex(tokens)
+        self.digests = digests
         self.receipts = Mutex(receipts)
         self.administration = administration
         self.apps = apps
@@ -266,7 +269,7 @@ final class ContactRoutes: Sendable {
             if case .failed(let failure) = outcome { return (name, "failed:" + failure.code.rawValue) }
             return (name, outcome.name)
         }
-        let contact = ContactKeys(app: appID, contactID: resolved.contactID)
+        let contact = digests.contact(resolved.contactID, app: appID)
         do {
             return try await trail.append(kind: "erasure", app: appID, contact: contact, requestID: requestID,
                                           installations: report.installations, upstreams: outcomes)

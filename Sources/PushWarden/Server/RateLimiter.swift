@@ -28,12 +28,15 @@ final class RateLimiter: Sendable {
 
     private let state = Mutex(State())
     private let shared: (any SharedRateLimits)?
+    /// Names each contact's counters, as the contact's other keys are named.
+    private let digests: KeyDigest
     private let metrics: Metrics
     private let logger: Logger
 
     /// - Parameter shared: where the limits are shared (the Redis store); nil keeps them in this process.
-    init(shared: (any SharedRateLimits)?, metrics: Metrics, logger: Logger) {
+    init(shared: (any SharedRateLimits)?, digests: KeyDigest, metrics: Metrics, logger: Logger) {
         self.shared = shared
+        self.digests = digests
         self.metrics = metrics
         self.logger = logger
     }
@@ -51,7 +54,7 @@ final class RateLimiter: Sendable {
             completion(admitLocally(app: app, route: route, contactID: contactID, limit: limit))
             return
         }
-        let key = ContactKeys(app: app.id, contactID: contactID).rateLimit(route: route)
+        let key = digests.contact(contactID, app: app.id).rateLimit(route: route)
         shared.admit(key, requests: limit.requests, periodMillis: UInt64(limit.perSeconds) * 1000, on: loop) { [self] result in
             completion(verdict(result, app: app.id, route: route))
         }

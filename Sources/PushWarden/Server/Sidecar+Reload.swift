@@ -33,7 +33,7 @@ extension Sidecar {
             }
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             guard policy.store == storePolicy else {
-                throw ConfigurationError("the store block (store.encryption_key, store.previous_encryption_keys) changed: "
+                throw ConfigurationError("the store block (store.encryption_key, store.previous_encryption_keys, store.digest_key) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
             adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)

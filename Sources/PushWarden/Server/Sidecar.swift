@@ -177,11 +177,13 @@ public final class Sidecar: Sendable {
         serials = parts.serials
         running = Mutex(Self.version(of: policy, sha256: sha256))
         let sealer: StoreSealer
+        let digests: KeyDigest
         let adminTokens: AdminTokens
         let trail: AuditTrail?
         do throws(ConfigurationError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
+            digests = try KeyDigest.make(for: policy, secrets: parts.builder.secrets)
             adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
             trail = try Self.auditTrail(policy, store: chosenStore, secrets: parts.builder.secrets)
         } catch {
@@ -192,20 +194,21 @@ public final class Sidecar: Sendable {
         let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
-        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer), apps: Array(apps.values)) }
+        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values)) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, logger: logger.with(label: "inventory")))
+                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, digests: digests,
+                                                                       logger: logger.with(label: "inventory")))
         let table = AppTable(apps)
         self.apps = table
         self.registrar = registrar
         self.store = chosenStore
-        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(shared: chosenStore as? any SharedRateLimits, metrics: metrics, logger: logger.with(label: "rate-limit")),
+        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(shared: chosenStore as? any SharedRateLimits, digests: digests, metrics: metrics, logger: logger.with(label: "rate-limit")),
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
         let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
-                                          logger: logger, receipts: trail)
+                                          logger: logger, receipts: trail, digests: digests)
         self.contactRoutes = contactRoutes
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
@@ -250,8 +253,10 @@ public final class Sidecar: Sendable {
         if let serial = policy.serial { fields.append(("policy_serial", String(serial))) }
         // The key id is an HMAC of the key under a fixed label: it tells keys apart, nothing more.
         fields.append(("encryption_at_rest", sealer.keyID.map { "aes-256-gcm key \($0), \(sealer.previousKeyCount) previous" } ?? "off"))
+        fields.append(("key_names", digests.isKeyed ? "hmac-sha256 (store.digest_key)" : "sha256"))
         fields.append(("server_to_server_api", Self.describe(adminTokens)))
         logger.info("pushwarden listening", fields)
+        if sealer.isEnabled, !digests.isKeyed { logger.warning(StoreKeys.missingDigestKey) }
     }
 
     /// The start line's word on the server-to-server API: whose tokens, or why it answers 404.

@@ -16,10 +16,11 @@ extension Registrar: ContactAdministration {
     static let erasurePasses = 3
 
     package func installations(of contactID: String, in app: AppRuntime) async throws(ContractError) -> [InstallationSummary] {
-        let contact = ContactKeys(app: app.policy.id, contactID: contactID)
-        let kept: [Inventory.Kept]
+        var kept: [Inventory.Kept] = []
         do {
-            kept = try await inventory.all(of: contact, app: app.policy.id, on: nil)
+            for contact in inventory.contactKeys(contactID, app: app.policy.id) {
+                kept += try await inventory.all(of: contact, app: app.policy.id, on: nil)
+            }
         } catch {
             throw Self.unavailable(error, logger: logger)
         }
@@ -40,26 +41,31 @@ extension Registrar: ContactAdministration {
     }
 
     package func erase(_ contactID: String, in app: AppRuntime, requestID: String) async throws(ContractError) -> ErasureReport {
-        let contact = ContactKeys(app: app.policy.id, contactID: contactID)
+        // Installations recorded before `store.digest_key` was set sit under the unkeyed names: erased too.
+        let contacts = inventory.contactKeys(contactID, app: app.policy.id)
         // No client headers: a provider that takes only the user's own credential is skipped. An
         // admin call: no request loop, the pools.
         let origin = Origin(app: app, context: CallContext(contactID: contactID), requestID: requestID, loop: nil)
-        var attempted: Set<String> = []  // records as read, so a failed removal is not retried within one call
-        var erased: Set<String> = []     // token digests
+        var attempted: Set<String> = []  // records as read (with their contact's digest), so a failed removal is not retried within one call
+        var erased: Set<String> = []     // tokens (their digests when unreadable)
         var outcomes: [String: UpstreamOutcome] = [:]
         for caller in app.upstreams { outcomes[caller.adapter.name] = .skipped }
         for _ in 0...Self.erasurePasses {
-            let kept: [Inventory.Kept]
+            var kept: [(contact: ContactKeys, installation: Inventory.Kept)] = []
             do {
-                kept = try await inventory.all(of: contact, app: app.policy.id, on: origin.loop).filter { !attempted.contains($0.stored.raw) }
+                for contact in contacts {
+                    kept += try await inventory.all(of: contact, app: app.policy.id, on: origin.loop)
+                        .filter { !attempted.contains(contact.digest + $0.stored.raw) }
+                        .map { (contact, $0) }
+                }
             } catch {
                 throw Self.unavailable(error, logger: logger)
             }
             if kept.isEmpty { break }
-            attempted.formUnion(kept.map(\.stored.raw))
-            let results = await mapConcurrently(kept) { [self] installation in
-                let perUpstream = await retire(installation, contact: contact, origin: origin, reason: .erased)
-                return (installation.stored.token.digest, perUpstream)
+            attempted.formUnion(kept.map { $0.contact.digest + $0.installation.stored.raw })
+            let results = await mapConcurrently(kept) { [self] entry in
+                let perUpstream = await retire(entry.installation, contact: entry.contact, origin: origin, reason: .erased)
+                return (entry.installation.pushToken ?? entry.installation.stored.token.digest, perUpstream)
             }
             for (digest, perUpstream) in results {
                 guard let perUpstream else { continue }

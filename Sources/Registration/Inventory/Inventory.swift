@@ -10,6 +10,8 @@ import Synchronization
 package final class Inventory: Sendable {
     let store: any InventoryStore
     let sealer: StoreSealer
+    /// What names contacts and tokens here, and in every key the registration operations make.
+    let digests: KeyDigest
     /// Where a record found out of place is reported.
     let logger: Logger?
     /// Milliseconds since the epoch: first and last seen, and the expiry's cutoff.
@@ -19,11 +21,12 @@ package final class Inventory: Sendable {
     /// Each app's inventory keys, hashed once (a policy names a handful of apps).
     private let appKeys = Mutex<[String: AppInventoryKeys]>([:])
 
-    package init(store: any InventoryStore, sealer: StoreSealer = .none, logger: Logger? = nil,
+    package init(store: any InventoryStore, sealer: StoreSealer = .none, digests: KeyDigest, logger: Logger? = nil,
          clock: @escaping @Sendable () -> Int64 = { Int64(SystemClock.epochMillis()) },
          touches: TouchMemory = TouchMemory()) {
         self.store = store
         self.sealer = sealer
+        self.digests = digests
         self.logger = logger
         self.clock = clock
         self.touches = touches
@@ -56,11 +59,27 @@ package final class Inventory: Sendable {
             JSONMember("t", .string(installation.pushToken)),
             JSONMember("c", .string(contactID)),
         ])).encodedString()
-        let contact = ContactKeys(app: app, contactID: contactID), token = TokenKeys(app: app, pushToken: installation.pushToken)
+        let contact = digests.contact(contactID, app: app), token = digests.token(installation.pushToken, app: app)
         return try await store.record(InventoryWrite(
             contact: contact, token: token,
             app: keys(of: app), sealed: sealer.seal(payload, boundTo: Self.place(of: token, in: contact)), platform: installation.platform.rawValue,
             pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()), on: loop)
+    }
+
+    /// The installation as a build without `store.digest_key` recorded it (under unkeyed names),
+    /// when this one is keyed and such a record exists: which contact holds it there, and its
+    /// keys. What a registration moves away from, an unregister still finds.
+    func legacyHolding(_ pushToken: String, app: String, on loop: EventLoop?) async throws(StoreError) -> (contact: ContactKeys, token: TokenKeys)? {
+        guard let legacy = digests.legacy else { return nil }
+        let token = legacy.token(pushToken, app: app)
+        guard let contact = try await store.owner(of: token, app: keys(of: app), on: loop) else { return nil }
+        return (contact, token)
+    }
+
+    /// The keys a contact's installations are kept under: the keyed ones, then (when keyed) the
+    /// unkeyed ones a build without `store.digest_key` wrote, which listing and erasure still read.
+    func contactKeys(_ contactID: String, app: String) -> [ContactKeys] {
+        [digests.contact(contactID, app: app)] + (digests.legacy.map { [$0.contact(contactID, app: app)] } ?? [])
     }
 
     /// Whether a dedupe hit should refresh the installation's last-seen time now: at most once
@@ -85,7 +104,7 @@ package final class Inventory: Sendable {
     // MARK: Reading
 
     func holder(of pushToken: String, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
-        try await holder(of: TokenKeys(app: app, pushToken: pushToken), app: app, on: loop)
+        try await holder(of: digests.token(pushToken, app: app), app: app, on: loop)
     }
 
     func holder(of token: TokenKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
@@ -93,7 +112,7 @@ package final class Inventory: Sendable {
     }
 
     func kept(_ pushToken: String, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
-        try await store.installation(TokenKeys(app: app, pushToken: pushToken), of: contact, on: loop).map { open($0, of: contact, app: app) }
+        try await store.installation(digests.token(pushToken, app: app), of: contact, on: loop).map { open($0, of: contact, app: app) }
     }
 
     func kept(_ token: TokenKeys, contact: ContactKeys, app: String, on loop: EventLoop?) async throws(StoreError) -> Kept? {
@@ -130,7 +149,11 @@ package final class Inventory: Sendable {
         guard let text = sealer.open(stored.sealed, boundTo: Self.place(of: stored.token, in: contact)),
               let object = (try? JSONValue.parse(Array(text.utf8)))?.objectValue,
               let pushToken = object["t"]?.stringValue, let contactID = object["c"]?.stringValue else { return unreadable }
-        guard TokenKeys(app: app, pushToken: pushToken) == stored.token, ContactKeys(app: app, contactID: contactID) == contact else {
+        // Under the keyed names, or both under the unkeyed ones of a build without the key.
+        let belongs = ([digests] + (digests.legacy.map { [$0] } ?? [])).contains {
+            $0.token(pushToken, app: app) == stored.token && $0.contact(contactID, app: app) == contact
+        }
+        guard belongs else {
             logger?.bounded(.warning, "inventory record does not belong where it is stored (moved by hand); not used", key: "misplaced" + app,
                             [("app", app), ("contact", "ct:" + contact.digest.prefix(8)), ("token", "tok:" + stored.token.digest.prefix(8))])
             return unreadable

@@ -34,8 +34,13 @@ extension Registrar {
         let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
                                               on: origin.loop)
         if let previous = result.previousOwner {
-            _ = try await inventory.forget(TokenKeys(app: appID, pushToken: installation.pushToken), contact: previous, app: appID,
+            _ = try await inventory.forget(digests.token(installation.pushToken, app: appID), contact: previous, app: appID,
                                            on: origin.loop)
+        }
+        // The record a build without `store.digest_key` wrote goes, this contact's or the one it
+        // moved from: the installation lives under the keyed names now.
+        if result.isNew, let (holder, token) = try await inventory.legacyHolding(installation.pushToken, app: appID, on: origin.loop) {
+            _ = try await inventory.forget(token, contact: holder, app: appID, on: origin.loop)
         }
         if let cap = origin.app.policy.client.maxInstallations, result.isNew, result.count > cap {
             await evict(result.count - cap, keeping: installation.pushToken, origin: origin)
@@ -44,12 +49,11 @@ extension Registrar {
 
     /// Forgets `pushToken` in `contact`'s inventory after its device unregistered it everywhere;
     /// retried through `pending` (replacing a waiting record of it) when the store fails.
-    func forgetUnregistered(_ pushToken: String, contact: ContactKeys, origin: Origin) async {
+    func forgetUnregistered(_ pushToken: String, contact: ContactKeys, token: TokenKeys, origin: Origin) async {
         let key = Self.pendingKey(app: origin.appID, contactID: origin.context.contactID, pushToken: pushToken)
         deduper.pending.cancel(key)
         let inventory = inventory
         let appID = origin.appID
-        let token = TokenKeys(app: appID, pushToken: pushToken)
         do {
             _ = try await inventory.forget(token, contact: contact, app: appID, on: origin.loop)
         } catch {
@@ -92,8 +96,8 @@ extension Registrar {
     /// `keeping`, unregistering them upstream with the request's own context (so a provider that
     /// takes the user's credential is called with it).
     private func evict(_ count: Int, keeping pushToken: String, origin: Origin) async {
-        let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
-        let current = TokenKeys(app: origin.appID, pushToken: pushToken)
+        let contact = digests.contact(origin.context.contactID, app: origin.appID)
+        let current = digests.token(pushToken, app: origin.appID)
         do {
             let victims = try await inventory.all(of: contact, app: origin.appID, on: origin.loop)
                 .filter { $0.stored.token != current }
@@ -195,7 +199,7 @@ extension Registrar {
 
     /// Forgets what is kept for a token at an upstream that is not called.
     private func forgetState(_ pushToken: String, at caller: UpstreamCaller, app: String, on loop: EventLoop?) async {
-        let keys = RegistrationKeys(app: app, upstream: caller.adapter.name, pushToken: pushToken)
+        let keys = digests.registration(pushToken, app: app, upstream: caller.adapter.name)
         await deduper.forget(keys: keys, app: app, on: loop)
         if caller.adapter.keepsIdentity { await identities.delete(keys, upstream: caller.adapter.name, on: loop) }
     }

@@ -31,8 +31,11 @@ package final class Registrar: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.outbox = outbox
-        self.inventory = inventory ?? Inventory(store: MemoryInventoryStore())
+        self.inventory = inventory ?? Inventory(store: MemoryInventoryStore(), digests: .unkeyed)
     }
+
+    /// What every key of a contact or a token is named by: the inventory's, so the two never differ.
+    var digests: KeyDigest { inventory.digests }
 
     /// Who asks: the app, the session's contact (and the client's headers, for providers that
     /// take the user's own credential), the request id for the log, and where the work runs.
@@ -85,7 +88,7 @@ package final class Registrar: Sendable {
         } catch {
             return .refused(.refusedBeforeCall(error))
         }
-        return .dedupe(RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: installation.pushToken),
+        return .dedupe(digests.registration(installation.pushToken, app: origin.appID, upstream: adapter.name),
                        fingerprint: Fingerprint.of(installation, contactID: origin.context.contactID, settings: adapter.settingsDigest,
                                                    credential: adapter.forwardedCredential(origin.context)))
     }
@@ -246,7 +249,7 @@ package final class Registrar: Sendable {
     private func forward(_ installation: Installation, keys: RegistrationKeys, at caller: UpstreamCaller, context: CallContext,
                          app: String, on loop: EventLoop?) async throws(UpstreamFailure) -> Retirement? {
         let adapter = caller.adapter
-        let previousKeys = installation.previousPushToken.map { RegistrationKeys(app: app, upstream: adapter.name, pushToken: $0) }
+        let previousKeys = installation.previousPushToken.map { digests.registration($0, app: app, upstream: adapter.name) }
         var identity: UpstreamIdentity?
         var previous: UpstreamIdentity?
         if adapter.keepsIdentity {
@@ -340,8 +343,8 @@ package final class Registrar: Sendable {
             guard scope.includes(caller.adapter.name) else { return .skipped }
             return await remove(pushToken, at: caller, origin: origin)
         }
-        if case .holder(let contact, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
-            await forgetUnregistered(pushToken, contact: contact, origin: origin)
+        if case .holder(let contact, let token, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
+            await forgetUnregistered(pushToken, contact: contact, token: token, origin: origin)
         }
         return outcomes
     }
@@ -365,38 +368,51 @@ package final class Registrar: Sendable {
         /// The inventory does not know the token (registered before PushWarden kept one, or the
         /// store did not answer): every upstream that can address it.
         case everywhere
-        /// The contact holds it, at these upstreams.
-        case holder(ContactKeys, upstreams: Set<String>)
+        /// The contact holds it, at these upstreams (the keys: keyed ones, or the unkeyed ones of a
+        /// record a build without `store.digest_key` wrote).
+        case holder(ContactKeys, TokenKeys, upstreams: Set<String>)
         /// Another contact holds it now.
         case anotherContact
 
         func includes(_ upstream: String) -> Bool {
             switch self {
             case .everywhere: return true
-            case .holder(_, let upstreams): return upstreams.contains(upstream)
+            case .holder(_, _, let upstreams): return upstreams.contains(upstream)
             case .anotherContact: return false
             }
         }
     }
 
     private func removalScope(of pushToken: String, origin: Origin) async -> RemovalScope {
-        let contact = ContactKeys(app: origin.appID, contactID: origin.context.contactID)
+        let contact = digests.contact(origin.context.contactID, app: origin.appID)
         do {
-            guard let holder = try await inventory.holder(of: pushToken, app: origin.appID, on: origin.loop) else { return .everywhere }
+            guard let holder = try await inventory.holder(of: pushToken, app: origin.appID, on: origin.loop) else {
+                return try await legacyRemovalScope(of: pushToken, origin: origin)
+            }
             guard holder == contact else { return .anotherContact }
             guard let kept = try await inventory.kept(pushToken, contact: contact, app: origin.appID, on: origin.loop) else { return .everywhere }
-            return .holder(contact, upstreams: Set(kept.stored.upstreams))
+            return .holder(contact, digests.token(pushToken, app: origin.appID), upstreams: Set(kept.stored.upstreams))
         } catch {
             inventoryUnavailable(error, app: origin.appID)
             return .everywhere
         }
     }
 
+    /// The scope by a record a build without `store.digest_key` wrote, so that an unregister stays
+    /// bound to its contact, and forgets that record, until the token registers again.
+    private func legacyRemovalScope(of pushToken: String, origin: Origin) async throws(StoreError) -> RemovalScope {
+        guard let legacy = digests.legacy,
+              let (holder, token) = try await inventory.legacyHolding(pushToken, app: origin.appID, on: origin.loop) else { return .everywhere }
+        guard holder == legacy.contact(origin.context.contactID, app: origin.appID) else { return .anotherContact }
+        guard let kept = try await inventory.kept(token, contact: holder, app: origin.appID, on: origin.loop) else { return .everywhere }
+        return .holder(holder, token, upstreams: Set(kept.stored.upstreams))
+    }
+
     /// Forgets the token at once (so a registration accepted after this one is queued behind it,
     /// never answered `unchanged`), and queues its removal.
     private func enqueueUnregister(_ pushToken: String, at caller: UpstreamCaller, origin: Origin,
                                    after failure: UpstreamOutcome? = nil) async -> UpstreamOutcome {
-        let keys = RegistrationKeys(app: origin.appID, upstream: caller.adapter.name, pushToken: pushToken)
+        let keys = digests.registration(pushToken, app: origin.appID, upstream: caller.adapter.name)
         await deduper.forget(keys: keys, app: origin.appID, on: origin.loop)
         let entry = OutboxEntry(operation: .unregister, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
                                 requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()), pushToken: pushToken,
@@ -409,7 +425,7 @@ package final class Registrar: Sendable {
     /// handed back when it needs one (`skipped` when none was kept).
     func unregister(_ pushToken: String, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
         let adapter = caller.adapter
-        let keys = RegistrationKeys(app: origin.appID, upstream: adapter.name, pushToken: pushToken)
+        let keys = digests.registration(pushToken, app: origin.appID, upstream: adapter.name)
         await deduper.forget(keys: keys, app: origin.appID, on: origin.loop)
         let identity = adapter.keepsIdentity ? await identities.get(keys, upstream: adapter.name, on: origin.loop) : nil
         let request: HTTPClientRequest

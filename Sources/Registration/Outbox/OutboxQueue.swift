@@ -22,14 +22,18 @@ package struct OutboxTarget: Sendable, Hashable {
     package func layout(_ consumer: String) -> String { "pw:v2:{outbox:\(app):\(upstream):dead}:layout:\(consumer)" }
 
     /// The shard a token's deliveries go to: the first bytes of its hash.
-    package func shard(of pushToken: String) -> Int { place(of: pushToken).shard }
+    package func shard(of pushToken: String) -> Int { place(of: pushToken, digests: .unkeyed).shard }
 
-    /// The token's shard and the key of its waiting mark there, from one hash of the token.
-    package func place(of pushToken: String) -> (shard: Int, mark: String) {
+    /// The token's shard and the key of its waiting mark there. The shard comes from the plain
+    /// hash of the token whatever `digests` is (a token's deliveries stay in one shard, in
+    /// order, when `store.digest_key` is turned on); the mark is named by the keyed digest
+    /// when there is one.
+    package func place(of pushToken: String, digests: KeyDigest) -> (shard: Int, mark: String) {
         let digest = SHA256.hash(Array(pushToken.utf8))
         let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
         let shard = Int(value % UInt32(clamping: max(1, shards)))  // a count from outside never divides by zero
-        return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + Hex.encode(digest))
+        let name = digests.isKeyed ? digests.hex(app, upstream, pushToken) : Hex.encode(digest)
+        return (shard, "pw:v2:{outbox:\(app):\(upstream):\(shard)}:q:" + name)
     }
 }
 

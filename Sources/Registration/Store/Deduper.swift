@@ -126,12 +126,17 @@ public struct Deduper: Sendable {
     /// Forgets the token so that the next registration is forwarded.
     public func forget(keys: RegistrationKeys, app: String, on loop: EventLoop?) async {
         pending.cancel(keys.entry)
-        do {
+        let store = store
+        // An entry a build without `store.digest_key` wrote goes too: a forgotten token leaves nothing behind.
+        let delete = { @Sendable (loop: EventLoop?) async throws(StoreError) in
             try await store.delete(keys.entry, on: loop)
+            if let legacy = keys.legacyEntry { try await store.delete(legacy, on: loop) }
+        }
+        do {
+            try await delete(loop)
         } catch {
             degrade(error, app: app)
-            let store = store
-            pending.add(.dedupe, key: keys.entry, error: error) { () async throws(StoreError) in try await store.delete(keys.entry, on: nil) }
+            pending.add(.dedupe, key: keys.entry, error: error) { () async throws(StoreError) in try await delete(nil) }
         }
     }
 

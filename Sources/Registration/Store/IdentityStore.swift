@@ -28,10 +28,18 @@ public struct IdentityStore: Sendable {
 
     /// The identity kept under `keys.identity`, if any. `loop`, as for every operation here: the
     /// request's loop, whose own store connection is used, or nil off the loops.
+    /// With `store.digest_key`, an identity a build without it kept (under the unkeyed name) is
+    /// read when the keyed name holds none, and moved under the keyed name.
     public func get(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async -> UpstreamIdentity? {
         do {
-            guard let stored = try await store.get(keys.identity, on: loop) else { return nil }
-            guard let raw = sealer.open(stored, boundTo: keys.identity) else {
+            var place = keys.identity
+            var found = try await store.get(place, on: loop)
+            if found == nil, let legacy = keys.legacyIdentity {
+                place = legacy
+                found = try await store.get(legacy, on: loop)
+            }
+            guard let stored = found else { return nil }
+            guard let raw = sealer.open(stored, boundTo: place) else {
                 logger.bounded(.warning, "identity cannot be opened (a store key this process does not hold, or altered); treated as none",
                                key: upstream, [("upstream", upstream)])
                 return nil
@@ -41,7 +49,11 @@ public struct IdentityStore: Sendable {
             for member in object.members {
                 if let value = member.value.stringValue { values[member.key] = value }
             }
-            return UpstreamIdentity(values)
+            let identity = UpstreamIdentity(values)
+            if let legacy = keys.legacyIdentity, place == legacy {
+                await move(identity, keys, from: legacy, upstream: upstream, on: loop)
+            }
+            return identity
         } catch {
             logger.bounded(.warning, "identity store unavailable", key: upstream, [("upstream", upstream), ("error", error.detail)])
             return nil
@@ -57,9 +69,23 @@ public struct IdentityStore: Sendable {
         }
     }
 
+    /// Writes an identity found under the unkeyed name under the keyed one, then drops the unkeyed.
+    private func move(_ identity: UpstreamIdentity, _ keys: RegistrationKeys, from legacy: String, upstream: String, on loop: EventLoop?) async {
+        let object = JSONObject(identity.values.sorted { $0.key < $1.key }.map { JSONMember($0.key, .string($0.value)) })
+        let value = sealer.seal(JSONValue.object(object).encodedString(), boundTo: keys.identity)
+        let store = store
+        await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in
+            try await store.set(keys.identity, value, ttlSeconds: Self.ttlSeconds, on: loop)
+            try await store.delete(legacy, on: loop)
+        }
+    }
+
     public func delete(_ keys: RegistrationKeys, upstream: String, on loop: EventLoop?) async {
         let store = store
-        await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in try await store.delete(keys.identity, on: loop) }
+        await write(keys, upstream: upstream, on: loop) { (loop) async throws(StoreError) in
+            try await store.delete(keys.identity, on: loop)
+            if let legacy = keys.legacyIdentity { try await store.delete(legacy, on: loop) }
+        }
     }
 
     /// A write after the upstream answered: on failure it waits in `pending` (the newest write per

@@ -1,8 +1,10 @@
+import PWCore
 import PWCrypto
+import PWPolicy
 
 /// Where the state of one (app, upstream, push token) lives: the dedupe entry, its in-flight lock
-/// and the identity the provider handed back. One SHA-256 of the three, never the raw token,
-/// computed once per registration and carried through forward, rotation and retirement.
+/// and the identity the provider handed back. One digest of the three (`KeyDigest`), never the
+/// raw token, computed once per registration and carried through forward, rotation and retirement.
 ///
 /// All three share one hash tag, the digest in braces (`pw:v2:{<digest>}:reg`), so on a Redis
 /// Cluster they sit in one slot: the scripts that touch the entry and the lock together run on
@@ -17,23 +19,29 @@ public struct RegistrationKeys: Sendable, Equatable {
     private var tag: Substring { entry.dropLast(3) }
     public var lock: String { String(tag) + "lock" }
     public var identity: String { String(tag) + "id" }
+    /// `pw:v2:{<unkeyed digest>}:`, where a build without `store.digest_key` kept this state, when
+    /// these keys are keyed.
+    private let legacyTag: String?
+    /// The identity under its unkeyed name: read when the keyed one holds none, so no provider id
+    /// is lost.
+    public var legacyIdentity: String? { legacyTag.map { $0 + "id" } }
+    /// The dedupe entry under its unkeyed name: never read, deleted with the keyed one.
+    public var legacyEntry: String? { legacyTag.map { $0 + "reg" } }
 
-    public init(app: String, upstream: String, pushToken: String) {
-        entry = SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:reg")
+    init(entry: String, legacyTag: String?) {
+        self.entry = entry
+        self.legacyTag = legacyTag
     }
 }
 
 /// Where the state of one contact of one app lives, under the contact's hash tag
-/// (`pw:v2:{c:<sha256(app, contact)>}:...`): its rate-limit counters and its inventory.
+/// (`pw:v2:{c:<digest(app, contact)>}:...`): its rate-limit counters and its inventory. Made from
+/// a contact id by `KeyDigest.contact`.
 public struct ContactKeys: Sendable, Equatable, Hashable {
-    /// The hex SHA-256 of app and contact id: what other keys refer to the contact by.
+    /// The `KeyDigest` of app and contact id: what other keys refer to the contact by.
     public let digest: String
     /// `pw:v2:{c:<digest>}:`, the prefix every key of the contact starts with.
     public let prefix: String
-
-    public init(app: String, contactID: String) {
-        self.init(digest: KeyDigest.of(app, contactID))
-    }
 
     /// The keys of a contact known only by its digest (the owner of a token, an expiry entry).
     public init(digest: String) {
@@ -51,14 +59,11 @@ public struct ContactKeys: Sendable, Equatable, Hashable {
     public func removalClaim(of token: TokenKeys) -> String { prefix + "claim:" + token.digest }
 }
 
-/// One push token of one app, as the inventory names it: by the hex SHA-256 of app and token
-/// (its field in its contact's inventory, and the name of its holder in its app's shard).
+/// One push token of one app, as the inventory names it: by the `KeyDigest` of app and token
+/// (its field in its contact's inventory, and the name of its holder in its app's shard). Made
+/// from a token by `KeyDigest.token`.
 public struct TokenKeys: Sendable, Equatable {
     public let digest: String
-
-    public init(app: String, pushToken: String) {
-        self.init(digest: KeyDigest.of(app, pushToken))
-    }
 
     public init(digest: String) {
         self.digest = digest
@@ -83,11 +88,67 @@ public struct TokenKeys: Sendable, Equatable {
     public var legacyOwner: String { "pw:v2:{t:" + digest + "}:owner" }
 }
 
-/// The hex SHA-256 of an app id and one value, a zero byte between: what contact and token keys
-/// are named by.
-package enum KeyDigest {
-    static func of(_ app: String, _ value: String) -> String {
-        SHA256.hexHash(joining: app, value)
+/// The one place that turns a contact id or a push token into the digest that names it in the
+/// store: of the app id and the value (and the upstream, for `RegistrationKeys`), zero bytes
+/// between. Without `store.digest_key` it is the hex SHA-256 (the names every earlier build
+/// wrote); with it, the hex HMAC-SHA-256 under that key, so a dump's names cannot be matched
+/// against a list of contact ids or tokens.
+///
+/// Thread-safe: immutable. Its description never shows the key.
+public struct KeyDigest: Sendable, CustomStringConvertible {
+    private let secret: [UInt8]?
+
+    /// Plain SHA-256: no `store.digest_key`.
+    public static let unkeyed = KeyDigest(secret: nil)
+
+    public init(secret: [UInt8]?) {
+        self.secret = secret
+    }
+
+    public var isKeyed: Bool { secret != nil }
+
+    /// The digests of a build without the key, when this one is keyed: where state written before
+    /// the key was set is still found.
+    public var legacy: KeyDigest? { secret == nil ? nil : .unkeyed }
+
+    public var description: String { secret == nil ? "KeyDigest(unkeyed SHA-256)" : "KeyDigest(HMAC-SHA-256)" }
+
+    /// The digest `store.digest_key` in `policy` asks for (`unkeyed` without one), the key read
+    /// through `secrets` as `StoreSealer.make` reads the encryption keys.
+    ///
+    /// - Throws: every diagnostic about the store's keys, never a value.
+    public static func make(for policy: Policy, secrets: some SecretResolving) throws(ConfigurationError) -> KeyDigest {
+        guard let store = policy.store, store.digestKey != nil else { return .unkeyed }
+        switch StoreKeys.resolve(store, in: policy, secrets: secrets) {
+        case .success(let keys): return KeyDigest(secret: keys.digest)
+        case .failure(let diagnostics): throw ConfigurationError(diagnostics.description)
+        }
+    }
+
+    public func contact(_ contactID: String, app: String) -> ContactKeys { ContactKeys(digest: hex(app, contactID)) }
+
+    public func token(_ pushToken: String, app: String) -> TokenKeys { TokenKeys(digest: hex(app, pushToken)) }
+
+    public func registration(_ pushToken: String, app: String, upstream: String) -> RegistrationKeys {
+        guard secret != nil else {
+            return RegistrationKeys(entry: SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:reg"),
+                                    legacyTag: nil)
+        }
+        return RegistrationKeys(entry: "pw:v2:{" + hex(app, upstream, pushToken) + "}:reg",
+                                legacyTag: SHA256.hexHash(joining: app, upstream, pushToken, prefix: "pw:v2:{", suffix: "}:"))
+    }
+
+    /// The hex digest of the parts joined by zero bytes.
+    package func hex(_ first: String, _ second: String, _ third: String? = nil) -> String {
+        guard let secret else { return SHA256.hexHash(joining: first, second, third) }
+        var material = Array(first.utf8)
+        material.append(0)
+        material.append(contentsOf: second.utf8)
+        if let third {
+            material.append(0)
+            material.append(contentsOf: third.utf8)
+        }
+        return Hex.encode(HMACSHA256.mac(key: secret, message: material))
     }
 }
 

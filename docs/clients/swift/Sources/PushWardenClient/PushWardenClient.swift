@@ -1,4 +1,4 @@
-// The PushWarden client API (openapi.yaml, CONTRACT.md section 1) over URLSession.
+// The PushWarden client API (openapi.yaml, docs/api.md) over URLSession.
 // Copy this file and PushRegistrar.swift into an app; nothing else is needed.
 import Foundation
 #if canImport(FoundationNetworking)
