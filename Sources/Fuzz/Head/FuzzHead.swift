@@ -3,7 +3,7 @@ import FuzzSupport
 import PWCore
 import PWPolicy
 @testable import PushWarden
-import Registration
+@testable import Registration
 import SessionAuth
 
 /// The request head, before any body byte is read: the server's target split and body
