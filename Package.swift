@@ -24,7 +24,7 @@ let package = Package(
         /// One thread, one epoll set: the loops that the server and the loop-local Redis connections share.
         .target(name: "Loops", dependencies: ["PWCore", "CShims"]),
         .target(name: "PWPolicy", dependencies: ["PWCore", "YAMLKit"]),
-        /// The client API's request shapes and every validation CONTRACT.md section 1 names.
+        /// The client API's request shapes and every validation docs/api.md names.
         .target(name: "ClientAPI", dependencies: ["PWCore", "PWPolicy"]),
 
         // MARK: One thin wrapper per C library

@@ -24,7 +24,7 @@ import PWCore
 ///   rebinding, `127.0.0.1.nip.io`) is out of scope for this check; the egress path that connects
 ///   to the endpoint must re-check the address it actually connects to.
 public enum EndpointURL {
-    /// Longest endpoint URL accepted (CONTRACT.md section 1).
+    /// Longest endpoint URL accepted (docs/api.md).
     public static let maxLength = 1000
 
     /// - Parameter field: the field name used in the refusal (`push_token`, `previous_push_token`).

@@ -2,7 +2,7 @@ import PWCore
 import PWPolicy
 
 /// Turns a client's raw request body into a validated request, or refuses it with the contract's
-/// code (CONTRACT.md section 1). The rules mirror Voyado's App Push API, so an app built for
+/// code (docs/api.md). The rules mirror Voyado's App Push API, so an app built for
 /// Voyado's direct integration works unchanged, and add what a sidecar holding server-side keys
 /// needs on top (token shapes, endpoint URL safety, contact binding).
 ///

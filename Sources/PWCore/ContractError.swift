@@ -1,4 +1,4 @@
-/// The error codes of the public contract (CONTRACT.md, section 1, "Errors").
+/// The error codes of the client API (docs/api.md).
 ///
 /// Every refusal PushWarden sends carries exactly one of these, and the HTTP status is a function
 /// of the code: callers never pick a status by hand.

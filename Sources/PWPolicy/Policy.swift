@@ -155,7 +155,7 @@ public enum AppSession: Sendable, Equatable {
     }
 }
 
-/// `session.type: introspect` (CONTRACT.md section 6): the client's token is POSTed to the app
+/// `session.type: introspect` (docs/configuration.md, sessions): the client's token is POSTed to the app
 /// backend's RFC 7662 endpoint, authenticated with PushWarden's own credential.
 public struct IntrospectionPolicy: Sendable, Equatable {
     /// PushWarden's own credential at the endpoint (`client_auth`).
@@ -371,7 +371,7 @@ public struct UpstreamPolicy: Sendable, Equatable {
     }
 }
 
-/// `upstreams[].queue` (CONTRACT section 7): a queued delivery is retried until `maxAge`, then
+/// `upstreams[].queue` (docs/architecture.md, the outbox): a queued delivery is retried until `maxAge`, then
 /// dead-lettered; one claimed by a replica that stopped answering is taken over after `claimAfter`.
 public struct QueuePolicy: Sendable, Equatable {
     public var maxAgeMillis: Int
@@ -382,7 +382,7 @@ public struct QueuePolicy: Sendable, Equatable {
     }
 }
 
-/// `upstreams[].circuit` (CONTRACT section 7): open after `failures` within `within`, fail fast
+/// `upstreams[].circuit` (docs/architecture.md, the outbox): open after `failures` within `within`, fail fast
 /// while open, one probe after `openFor`.
 public struct CircuitPolicy: Sendable, Equatable {
     public var failures: Int

@@ -4,7 +4,7 @@ import Glibc
 import PWCore
 import YAMLKit
 
-/// Reads and strictly validates a policy file (CONTRACT.md section 2).
+/// Reads and strictly validates a policy file (docs/configuration.md).
 ///
 /// Strict means: an unknown key, a wrong type, a duplicate key, a missing required key, an invalid
 /// enum value, a literal secret, an alias or a tag is an error, and every error in the file is
@@ -13,7 +13,7 @@ import YAMLKit
 /// (`pushwarden policy check` also reads each `jwks_file` by the start-up rules, through
 /// `SessionPolicyCheck` and the place recorded in `Policy.locations`.)
 ///
-/// Where CONTRACT.md is silent (also in `policies/README.md`):
+/// Where the API leaves it open (also in `policies/README.md`):
 /// - integers must be unquoted (`"3"` is refused); durations, sizes and rates may be quoted;
 /// - `session.type` is required; `jwks_file` must be an absolute path;
 /// - upstream names follow the app-id rule (`[a-z0-9_-]{1,64}`): they become response keys and

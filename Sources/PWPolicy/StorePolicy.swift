@@ -1,7 +1,7 @@
 import PWCore
 import YAMLKit
 
-/// The policy's top-level `store:` block (CONTRACT section 8): the key that seals push tokens and
+/// The policy's top-level `store:` block (docs/security.md, encryption at rest): the key that seals push tokens and
 /// Web Push secrets stored as values, the keys that still open values sealed before a rotation,
 /// and the key that names contacts and tokens in key names. Only references are held here;
 /// `StoreKeys.resolve` reads the values.

@@ -72,7 +72,7 @@ public enum IntrospectionAnswer: Sendable, Equatable {
 /// - Important: thread-safe (one lock); waiters are called by whoever settles the call, outside
 ///   the lock, and must hop to their own thread themselves.
 public final class IntrospectionCache: Sendable {
-    /// How long a refusal is kept (CONTRACT.md section 6).
+    /// How long a refusal is kept (docs/configuration.md, sessions).
     public static let refusalSeconds = 5.0
     /// Answers kept per app unless told otherwise.
     public static let defaultCapacity = 20_000

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 
-/// `pushwarden`: a thin command layer over the PushWarden module (CONTRACT.md section 3): this
+/// `pushwarden`: a thin command layer over the PushWarden module (docs/configuration.md): this
 /// file dispatches the command and hands it to its file (`Serve.swift`, `PolicyCommand.swift`, ...).
 
 let arguments = CommandLine.arguments.dropFirst()

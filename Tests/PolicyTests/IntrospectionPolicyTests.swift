@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import PWPolicy
 
-/// `session.type: introspect` (CONTRACT.md section 6): its keys, defaults and exact diagnostics.
+/// `session.type: introspect` (docs/configuration.md, sessions): its keys, defaults and exact diagnostics.
 @Suite struct IntrospectionPolicyTests {
     /// `minimalPolicy` with its session block replaced by `session` (keys indented six spaces);
     /// the session's keys start on line 6.

@@ -2,7 +2,7 @@ import Testing
 @testable import PWPolicy
 
 /// The top-level `serial` of a (signed) policy: what orders signed files, so that an older one
-/// cannot be put back (CONTRACT section 9, signed policies).
+/// cannot be put back (docs/operations.md, signed policies).
 @Suite struct SerialPolicyTests {
     static func withSerial(_ value: String) -> String {
         minimalPolicy.replacingFirst("version: 1\n", with: "version: 1\nserial: \(value)\n")

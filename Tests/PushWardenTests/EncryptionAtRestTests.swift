@@ -11,7 +11,7 @@ import RedisClient
 @testable import Registration
 import Testing
 
-/// `store.encryption_key` (CONTRACT section 8): with a key set, no push token and no Web Push
+/// `store.encryption_key` (docs/architecture.md, the inventory): with a key set, no push token and no Web Push
 /// secret is anywhere in Redis, and what is sealed opens again: identities for unregistering,
 /// outbox entries for delivery and for `pushwarden outbox`, across a key rotation. Real
 /// redis-server (one per test, so a scan sees only the test's own keys), real mock providers.

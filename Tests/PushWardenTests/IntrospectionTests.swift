@@ -11,7 +11,7 @@ import SessionAuth
 import Synchronization
 import Testing
 
-/// `session.type: introspect` (CONTRACT.md section 6) against a real RFC 7662 endpoint on
+/// `session.type: introspect` (docs/configuration.md, sessions) against a real RFC 7662 endpoint on
 /// loopback (`MockIntrospection`): sessions, refusals, the cache (hits, `cache_ttl`, `exp`,
 /// refusals for 5 s) on a clock the test moves, one call for concurrent lookups of one token, 503
 /// with `Retry-After` when the endpoint cannot answer, both client credentials and the cookie.

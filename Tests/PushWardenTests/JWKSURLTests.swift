@@ -12,7 +12,7 @@ import SessionAuth
 import Synchronization
 import Testing
 
-/// `session.jwks_url` (CONTRACT.md section 6) against an identity provider on loopback: keys
+/// `session.jwks_url` (docs/configuration.md, sessions) against an identity provider on loopback: keys
 /// fetched before the listener opens, one refetch for an unknown kid per interval, the last good
 /// keys kept through every kind of failed fetch, weak keys skipped, and the metrics.
 @Suite(.serialized) struct JWKSURLTests {

@@ -10,7 +10,7 @@ import RedisClient
 import Testing
 
 /// Durable delivery through the Redis Streams outbox, against a real redis-server and real mock
-/// providers on loopback (CONTRACT section 7).
+/// providers on loopback (docs/architecture.md, the outbox).
 @Suite(.serialized) struct OutboxTests {
     static func voyado(_ mock: MockVoyado, name: String = "voyado", role: String = "primary", delivery: String = "queued",
                        queue: String = "{max_age: 1h, claim_after: 5s}") -> String {

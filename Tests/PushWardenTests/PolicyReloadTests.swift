@@ -10,7 +10,7 @@ import SessionAuth
 import Synchronization
 import Testing
 
-/// `pushwarden serve` as an operator runs it, with a policy it reloads (CONTRACT.md section 9):
+/// `pushwarden serve` as an operator runs it, with a policy it reloads (docs/operations.md):
 /// SIGHUP and `--watch`, apps added and removed, a rotated secret file, an invalid file, a
 /// ConfigMap-style symlink swap, signed policies; requests in flight finish on their policy.
 @Suite(.serialized) struct PolicyReloadTests {

@@ -4,7 +4,7 @@ import PWCrypto
 @testable import Registration
 import Testing
 
-/// `pushwarden policy sign|verify` and `serve --policy-key` (CONTRACT.md section 9), with keys
+/// `pushwarden policy sign|verify` and `serve --policy-key` (docs/operations.md), with keys
 /// and signatures from the `openssl` command line as the independent implementation.
 @Suite(.serialized) struct PolicySigningTests {
     @Test func signVerifyAndServe() throws {

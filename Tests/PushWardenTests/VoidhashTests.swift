@@ -146,7 +146,7 @@ import Testing
         }
     }
 
-    /// An unregister is bound to its contact (CONTRACT section 8): another person's session
+    /// An unregister is bound to its contact (docs/architecture.md, the inventory): another person's session
     /// removes nothing, not even by the `pushDeviceTokenId` PushWarden holds. (Voidhash's own 404
     /// for another distinct ID, "treat it as done", is checked in `verdicts` below.)
     @Test func anotherContactsUnregisterCallsNothing() async throws {

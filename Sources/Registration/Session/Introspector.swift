@@ -4,7 +4,7 @@ import PWCore
 import PWPolicy
 import SessionAuth
 
-/// `session.type: introspect` for one app (CONTRACT.md section 6, RFC 7662): finds the client's
+/// `session.type: introspect` for one app (docs/configuration.md, sessions, RFC 7662): finds the client's
 /// token, answers from the `IntrospectionCache` when it can, and otherwise POSTs
 /// `token=<token>` (form-encoded, never in the URL) to the endpoint with PushWarden's own
 /// `client_auth` credential, with the project's `HTTPClient` on the request's loop.

@@ -4,7 +4,7 @@ import PWPolicy
 import SessionAuth
 import Synchronization
 
-/// The clock of an app's `jwks_url` keys. CONTRACT.md section 6 fixes these values; tests
+/// The clock of an app's `jwks_url` keys, with the values docs/configuration.md (sessions) names; tests
 /// shorten them (they are not policy).
 public struct JWKSTiming: Sendable {
     /// At most one refetch for unknown kids per app within this many seconds.

@@ -2,7 +2,7 @@ import PWCore
 import PWPolicy
 import Synchronization
 
-/// One upstream's circuit breaker (CONTRACT section 7): closed, open after `failures` failed calls
+/// One upstream's circuit breaker (docs/architecture.md, the outbox): closed, open after `failures` failed calls
 /// within `within`, failing fast while open, and letting one probe through after `open_for`.
 ///
 /// What counts as a failure is a *call* that ends `.unavailable`: the upstream was unreachable or
