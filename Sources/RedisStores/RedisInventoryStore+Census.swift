@@ -79,6 +79,34 @@ extension RedisInventoryStore {
         return changed
         """)
 
+    /// KEYS[1] a shard's index, KEYS[2] its counts; ARGV[1] the largest index counted here. Counts
+    /// the index in one step and rewrites the counts when they differ (answers 1), or answers -1
+    /// for an index too large to count without holding Redis up (its counts are trusted: the two
+    /// scripts above keep them with the index).
+    static let recountScript = LuaScript("""
+        local size = redis.call('ZCARD', KEYS[1])
+        if size > tonumber(ARGV[1]) then return -1 end
+        local counts = {i = size}
+        for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+          for name in string.gmatch(string.sub(member, 131), '[^,]+') do
+            local field = 'u:' .. name
+            counts[field] = (counts[field] or 0) + 1
+          end
+        end
+        local current = redis.call('HGETALL', KEYS[2])
+        local old, changed = {}, 0
+        for i = 1, #current, 2 do old[current[i]] = tonumber(current[i + 1]) end
+        for field, value in pairs(counts) do if old[field] ~= value then changed = 1 end end
+        for field, value in pairs(old) do if counts[field] == nil and value ~= 0 then changed = 1 end end
+        if changed == 0 then return 0 end
+        redis.call('DEL', KEYS[2])
+        for field, value in pairs(counts) do redis.call('HSET', KEYS[2], field, value) end
+        return 1
+        """)
+
+    /// Shards with more installations than this are not recounted (about 5 million for an app).
+    static let recountLimit = 20_000
+
     /// The four keys of a token's shard the scripts take, in their order.
     static func shardKeys(_ shard: InventoryShardKeys, _ token: TokenKeys) -> [String] {
         [shard.holder(of: token), shard.seen, shard.index, shard.counts]
@@ -155,7 +183,8 @@ extension RedisInventoryStore {
     /// contact's record. A record the index lacks, or names other upstreams than its entry, gets
     /// its entry (and counts) set from the record; an entry with no record goes. Each change is
     /// guarded by the installation's last-seen time, so a registration that came meanwhile wins
-    /// and is left for the next pass. Then the shard's contacts: one with no record left goes.
+    /// and is left for the next pass. Then the counts are checked against the index (up to
+    /// `recountLimit` entries), and the shard's contacts: one with no record left goes.
     package func reconcile(shard index: Int, app: AppInventoryKeys) async throws(StoreError) -> Int {
         guard app.shards.indices.contains(index) else { return 0 }
         let shard = app.shards[index]
@@ -221,6 +250,9 @@ extension RedisInventoryStore {
         if !contacts.isEmpty {
             _ = try await store.sendConcurrently(contacts.map { ["SADD", app.shard(of: ContactKeys(digest: $0)).contacts, $0] })
         }
+        let recounted = try await store.evaluate(Self.recountScript, keys: [shard.index, shard.counts], arguments: [String(Self.recountLimit)],
+                                                 on: nil)
+        if recounted == .integer(1) { mended += 1 }
         return mended + (try await reconcileContacts(shard))
     }
 
