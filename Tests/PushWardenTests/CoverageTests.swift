@@ -85,7 +85,7 @@ enum CensusStore: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     // MARK: Coverage
 
-    @Test(arguments: [CensusStore.memory, .single])
+    @Test(arguments: CensusStore.allCases)
     func coverageCountsWhatEachUpstreamHoldsWhileTheShadowFailsSome(store: CensusStore) async throws {
         try await Self.withMigration(store) { h, _, pn in
             let contacts = (0..<10).map { "contact-\($0)" }
@@ -143,6 +143,30 @@ enum CensusStore: String, CaseIterable, Sendable, CustomTestStringConvertible {
                 #expect(queries.contains { $0.contains(gauge + "{") }, "the dashboard queries \(gauge)")
                 #expect(metrics.contains("# TYPE \(gauge) gauge"))
             }
+        }
+    }
+
+    /// Two replicas of one app on one Redis: what either registered, both count alike.
+    @Test func replicasSharingARedisAnswerTheSameCoverage() async throws {
+        try await Self.withMigration(.single) { first, _, pn in
+            let otherVoyado = try MockVoyado(apiKey: "voyado-key")
+            let second = try await SidecarHarness(upstreams: InventoryTests.voyado(otherVoyado) + "\n"
+                                                      + PushNoticeTests.upstream(pn, role: "shadow"),
+                                                  secrets: InventoryTests.secrets.merging([.env("TEST_ADMIN_TOKEN"): ServerToServerTests.adminToken]) { $1 },
+                                                  sameApp: first.app, topLevel: "admin: {token: {env: TEST_ADMIN_TOKEN}}")
+            for index in 0..<10 {
+                try await Self.register(index < 6 ? first : second, pn, InventoryTests.android(), contact: "replica-\(index % 3)",
+                                        shadowFails: index == 9)
+            }
+            for h in [first, second] {
+                try await h.sidecar.census.read(try InventoryTests.app(h))
+                let coverage = try await Self.get(h, "/v1/apps/\(h.app)/coverage")
+                #expect(coverage.json?["installations"]?.numberText == "10")
+                #expect(coverage.json?["contacts"]?.numberText == "3")
+                #expect(Self.upstream(coverage, "pushnotice") == ("9", "0.9"))
+            }
+            await second.stop()
+            await otherVoyado.stop()
         }
     }
 
