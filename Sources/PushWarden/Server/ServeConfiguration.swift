@@ -26,8 +26,6 @@ public struct ServeConfiguration: Sendable {
     /// Upstream connections kept per provider host (HTTP/1.1 needs one per in-flight call), shared
     /// out evenly between the event loops, each of which keeps its own.
     public var upstreamConnectionsPerHost: Int = 512
-    /// How old an app's coverage counts may be before they are read again (tests shorten it).
-    public var coverageMaxAgeMillis: Int64 = 60_000
 
     public init(listen: HostPort = HostPort(host: "127.0.0.1", port: 8080), admin: HostPort = HostPort(host: "127.0.0.1", port: 9090),
                 redisURL: String? = nil, logLevel: Logger.Level = .info, threads: Int = 0, shutdownGraceSeconds: Double = 10) {

@@ -212,8 +212,7 @@ public final class Sidecar: Sendable {
         let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
                                           logger: logger, receipts: trail, digests: digests)
         self.contactRoutes = contactRoutes
-        let census = Census(inventory: inventory, apps: table, metrics: metrics, logger: logger.with(label: "inventory"),
-                            maxAgeMillis: configuration.coverageMaxAgeMillis)
+        let census = Census(inventory: inventory, apps: table, metrics: metrics, logger: logger.with(label: "inventory"))
         self.census = census
         let fleet = FleetRoutes(contacts: contactRoutes, census: census, apps: table, metrics: metrics, logger: logger)
         let sharedMetrics = parts.builder.metrics
