@@ -256,6 +256,13 @@ enum CensusStore: String, CaseIterable, Sendable, CustomTestStringConvertible {
                 cursor = page.json?["next_cursor"]?.stringValue
                 if cursor == nil { #expect(page.json?["next_cursor"] == .null) }
                 pages += 1
+                // And between every two pages for certain: one more installation, and the shadow
+                // taking one it failed (from the other end of the list than the churn's).
+                #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android()), contact: "between").status == 202)
+                if pages <= shadowless.count {
+                    let (token, contact) = shadowless[shadowless.count - pages]
+                    #expect(try await h.post("/installations", InventoryTests.android(token), contact: contact).status == 202)
+                }
             } while cursor != nil && pages < 100
             stop.withLock { $0 = true }
             let rounds = await churn.value
