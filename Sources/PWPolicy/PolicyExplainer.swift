@@ -88,6 +88,8 @@ public enum PolicyExplainer {
         }
         out.append("  - \(routes): list a contact's installations (tokens as short hashes); "
                    + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)")
+        out.append("  - GET /v1/apps/{app}/coverage and GET /v1/apps/{app}/installations: how many installations each upstream holds; "
+                   + "every installation of the app in pages, each with its contact id in clear (tokens as short hashes)")
         if let admin = policy.admin { out.append("  - secret referenced (name only): \(admin.token) (admin token)") }
         return out
     }

@@ -75,7 +75,9 @@ public enum PolicyExplainerHTML {
         }
         if !appTokens.isEmpty { who += " and of each app's own token (that app only; for another app the same 401 as a wrong token)" }
         var html = "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, \(who): list and erase a "
-            + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>).</p>"
+            + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>); "
+            + "count each upstream's installations (<code>GET /v1/apps/{app}/coverage</code>) and export every installation of the app "
+            + "with its contact id in clear (<code>GET /v1/apps/{app}/installations</code>).</p>"
         if !appTokens.isEmpty {
             html += "\n<ul class=\"s2s\">"
             for app in policy.apps {

@@ -42,11 +42,11 @@ package final class RedisInventoryStore: InventoryStore {
         """)
 
     /// KEYS[1] the contact's inventory; ARGV[1] token digest, ARGV[2] (optional) the record that
-    /// must still be there.
+    /// must still be there. Answers {removed, records left}.
     private static let removeScript = LuaScript("""
-        if ARGV[2] and redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+        if ARGV[2] and redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return {0, 1} end
         redis.call('HDEL', KEYS[1], ARGV[1])
-        return 1
+        return {1, redis.call('HLEN', KEYS[1])}
         """)
 
     /// KEYS[1] the lease; ARGV[1] owner, ARGV[2] ttl (ms).
@@ -58,25 +58,35 @@ package final class RedisInventoryStore: InventoryStore {
         return 1
         """)
 
-    /// The holder's `SET … GET`, the record's merge script and the last-seen `ZADD`: two hash
-    /// tags (the token's shard, the contact), so on a cluster up to two masters; one batch.
+    /// The shard's script (holder, last seen, index and counts), the record's merge script and the
+    /// contact's place among the app's contacts: three hash tags (the token's shard, the contact,
+    /// the contact's shard), so on a cluster up to three masters; one batch.
     package func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
         let now = String(write.nowMillis)
         let shard = write.app.shard(of: write.token)
         let recordKeys = [write.contact.inventory]
         let recordArguments = [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
+        let shardKeys = Self.shardKeys(shard, write.token)
+        let shardArguments = [write.contact.digest, now, Self.seenMember(write.contact, write.token),
+                              InventoryPosition(token: write.token, contact: write.contact).indexKey] + write.upstreams
         let replies = await store.sendAll([
-            ["SET", shard.holder(of: write.token), write.contact.digest, "GET"],
+            ["EVALSHA", Self.shardWriteScript.sha1, "4"] + shardKeys + shardArguments,
             ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
-            ["ZADD", shard.seen, now, Self.seenMember(write.contact, write.token)],
+            ["SADD", write.app.shard(of: write.contact).contacts, write.contact.digest],
         ], on: loop)
-        let ownerReply = try replies[0].get()
+        // A Redis that has not seen a script (a restart, SCRIPT FLUSH) gets it whole, once.
+        let ownerReply: RedisReply
+        switch replies[0] {
+        case .success(let reply): ownerReply = reply
+        case .failure(let error) where error.kind == .missingScript:
+            ownerReply = try await store.evaluate(Self.shardWriteScript, keys: shardKeys, arguments: shardArguments, on: loop)
+        case .failure(let error): throw error
+        }
         let recordReply: RedisReply
         switch replies[1] {
         case .success(let reply): recordReply = reply
         case .failure(let error) where error.kind == .missingScript:
-            // This Redis has not seen the script (a restart, SCRIPT FLUSH): sent whole, once.
             recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
         case .failure(let error): throw error
         }
@@ -115,16 +125,18 @@ package final class RedisInventoryStore: InventoryStore {
         return result
     }
 
-    /// The record, then (when it went) the shard's holder and last-seen entry, and what an earlier
-    /// build kept of them (the token's own holder key, the app's whole last-seen index).
+    /// The record, then (when it went) the shard's holder, last-seen and index entries, the
+    /// contact's place among the app's contacts when it was its last record, and what an earlier
+    /// build kept (the token's own holder key, the app's whole last-seen index).
     package func remove(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, ifStill expected: String?, on loop: EventLoop?) async throws(StoreError) -> Bool {
         let reply = try await store.evaluate(Self.removeScript, keys: [contact.inventory], arguments: [token.digest] + (expected.map { [$0] } ?? []),
                                              on: loop)
-        guard case .integer(1) = reply else { return false }
-        let shard = app.shard(of: token)
+        guard case .array(let parts) = reply, parts.count == 2, case .integer(1) = parts[0] else { return false }
         let member = Self.seenMember(contact, token)
-        try await store.release(shard.holder(of: token), owner: contact.digest, on: loop)
-        _ = try await store.send(["ZREM", shard.seen, member], on: loop)
+        _ = try await store.evaluate(Self.shardFixScript, keys: Self.shardKeys(app.shard(of: token), token),
+                                     arguments: [contact.digest, member, InventoryPosition(token: token, contact: contact).indexKey, "", "remove"],
+                                     on: loop)
+        if case .integer(0) = parts[1] { _ = try await store.send(["SREM", app.shard(of: contact).contacts, contact.digest], on: loop) }
         try await store.release(token.legacyOwner, owner: contact.digest, on: loop)
         _ = try await store.send(["ZREM", app.legacySeen, member], on: loop)
         return true
@@ -154,15 +166,21 @@ package final class RedisInventoryStore: InventoryStore {
             .compactMap { Self.parseSeenMember($0.member) }
     }
 
+    /// The installation's record is gone: its last-seen and index entries go, the counts with them.
     package func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
         let member = Self.seenMember(contact, token)
-        _ = try await store.send(["ZREM", app.shard(of: token).seen, member], on: nil)
+        _ = try await store.evaluate(Self.shardFixScript, keys: Self.shardKeys(app.shard(of: token), token),
+                                     arguments: ["", member, InventoryPosition(token: token, contact: contact).indexKey, "", "remove"], on: nil)
         _ = try await store.send(["ZREM", app.legacySeen, member], on: nil)
     }
 
-    package func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError) {
+    package func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64,
+                           upstreams: [String]) async throws(StoreError) {
         let member = Self.seenMember(contact, token)
         _ = try await store.send(["ZADD", app.shard(of: token).seen, String(millis), member], on: nil)
+        // An entry an earlier build indexed only app-wide is new to its shard's index: counted now.
+        _ = try await store.evaluate(Self.shardWriteScript, keys: Self.shardKeys(app.shard(of: token), token),
+                                     arguments: ["", "", member, InventoryPosition(token: token, contact: contact).indexKey] + upstreams, on: nil)
         _ = try await store.send(["ZREM", app.legacySeen, member], on: nil)
     }
 

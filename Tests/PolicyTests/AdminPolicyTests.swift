@@ -58,6 +58,8 @@ import Testing
         #expect(text.contains("  - the operator's admin token from env:PUSHWARDEN_ADMIN_TOKEN (admin.token) reaches every app\n"))
         #expect(text.contains("  - app 'shop': the operator's token only\n"))
         #expect(text.contains("  - GET and DELETE /v1/apps/{app}/contacts/{contact}/installations: list a contact's installations"))
+        #expect(text.contains("  - GET /v1/apps/{app}/coverage and GET /v1/apps/{app}/installations: how many installations each upstream holds; "
+                              + "every installation of the app in pages, each with its contact id in clear"))
         #expect(text.contains("  - secret referenced (name only): env:PUSHWARDEN_ADMIN_TOKEN (admin token)\n"))
         #expect(text.contains("\n  Server-to-server API: the operator's token only\n"))
 

@@ -271,7 +271,8 @@ import Testing
     @Test func nearMissesAre404() async throws {
         let fake = RecordingAdministration()
         try await withAdminSidecar(fake) { h in
-            for path in ["/v1/apps/\(h.app)/contacts/x/installations/", "/v1/apps/\(h.app)/contacts/x", "/v1/apps/\(h.app)/installations",
+            for path in ["/v1/apps/\(h.app)/contacts/x/installations/", "/v1/apps/\(h.app)/contacts/x", "/v1/apps/\(h.app)/installations/x",
+                         "/v1/apps/\(h.app)/coverage/",
                          "/v1/apps/\(h.app)/contacts/x/y/installations", "/v2/apps/\(h.app)/contacts/x/installations"] {
                 let reply = try await h.request("GET", path: path)
                 #expect(reply.status == 404, "\(path)")

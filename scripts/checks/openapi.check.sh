@@ -69,7 +69,7 @@ done >"$WORK/tokens"
 
 cat >"$WORK/hooks.py" <<'EOF'
 # Each request's session from the pool, in turn per operation (one contact per token); the
-# server-to-server routes take the admin token instead.
+# server-to-server routes (a contact's, and every GET on /v1) take the admin token instead.
 import itertools, os
 import schemathesis
 
@@ -84,7 +84,7 @@ class SessionPool:
 
     def set(self, case, tokens, ctx):
         case.headers = dict(case.headers or {})
-        if "/contacts/" in ctx.operation.path:
+        if "/contacts/" in ctx.operation.path or ctx.operation.method.upper() == "GET":
             case.headers["Authorization"] = "Bearer " + ADMIN
             return
         turn = _turns.setdefault(ctx.operation.path, itertools.cycle(tokens))
@@ -99,6 +99,14 @@ cat >"$WORK/schemathesis.toml" <<'EOF'
 # 415: a request without a body has no Content-Type; 413: a generated body over max_body;
 # 429: the rate limit is checked before the body; 405: the server-to-server routes' methods.
 expected-statuses = ["400", "401", "403", "404", "405", "413", "415", "429"]
+
+# One path on two listeners: POST /v1/apps/{app}/installations (register) on the client listener,
+# GET (the export) on the admin listener. Each listener's 405 names the method it takes there, not
+# both, so the document's methods of the path are not either listener's Allow: no undocumented
+# methods are sent to it (the Swift tests check each listener's 405 and Allow there).
+[[operations]]
+include-path = "/v1/apps/{app}/installations"
+phases.coverage.unexpected-methods = []
 EOF
 
 # One worker: with two, schemathesis's generator compiled Python in two threads at once and CPython

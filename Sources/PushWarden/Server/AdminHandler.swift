@@ -11,9 +11,11 @@ struct AdminHandler: AsyncHTTPHandler {
     let metrics: Metrics
     let store: any DedupeStore
     let contacts: ContactRoutes
+    let fleet: FleetRoutes
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision {
         if let decision = contacts.decide(head) { return decision }
+        if let decision = fleet.decide(head) { return decision }
         switch head.path {
         case "/healthz", "/readyz", "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else {
@@ -39,6 +41,9 @@ struct AdminHandler: AsyncHTTPHandler {
         let requestID = RequestID.from(request.head.headers)
         if let resolved = request.context as? ContactRoutes.Resolved {
             return await contacts.handle(resolved, requestID: requestID)
+        }
+        if let resolved = request.context as? FleetRoutes.Resolved {
+            return await fleet.handle(resolved, requestID: requestID)
         }
         switch request.head.path {
         case "/healthz":

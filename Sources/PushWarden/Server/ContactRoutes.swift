@@ -55,6 +55,9 @@ final class ContactRoutes: Sendable {
         receipts.withLock { $0 = trail }
     }
 
+    /// The tokens in force (the fleet routes take the same).
+    var tokensInForce: AdminTokens { tokens.withLock { $0 } }
+
     /// Puts `tokens` in force for requests whose head arrives from now on.
     func replaceTokens(_ tokens: AdminTokens) {
         self.tokens.withLock { $0 = tokens }

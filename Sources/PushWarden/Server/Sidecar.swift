@@ -31,6 +31,8 @@ public final class Sidecar: Sendable {
     let store: any DedupeStore
     /// The server-to-server API on the admin listener; a reload replaces its tokens.
     let contactRoutes: ContactRoutes
+    /// Each app's coverage and export, and the pass that keeps their counts right.
+    let census: Census
     let builder: AppBuilder
     /// The outbox's workers and its metrics sampler; cancelled at shutdown.
     let outboxTasks: [Task<Void, Never>]
@@ -196,9 +198,9 @@ public final class Sidecar: Sendable {
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
         let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values)) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
+        let inventory = Inventory(store: inventoryStore, sealer: sealer, digests: digests, logger: logger.with(label: "inventory"))
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox, inventory: Inventory(store: inventoryStore, sealer: sealer, digests: digests,
-                                                                       logger: logger.with(label: "inventory")))
+                                  outbox: outbox, inventory: inventory)
         let table = AppTable(apps)
         self.apps = table
         self.registrar = registrar
@@ -210,6 +212,9 @@ public final class Sidecar: Sendable {
         let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
                                           logger: logger, receipts: trail, digests: digests)
         self.contactRoutes = contactRoutes
+        let census = Census(inventory: inventory, apps: table, metrics: metrics, logger: logger.with(label: "inventory"))
+        self.census = census
+        let fleet = FleetRoutes(contacts: contactRoutes, census: census, apps: table, metrics: metrics, logger: logger)
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
         let threads = parts.loopCount
@@ -231,7 +236,7 @@ public final class Sidecar: Sendable {
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
                                                        perAddressConnectionLimit: configuration.connectionsPerAddress,
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
-                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes))
+                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes, fleet: fleet))
         } catch {
             builder.shutdown()
             throw ConfigurationError("cannot listen on \(configuration.admin) (admin): \(error.message)")
@@ -241,7 +246,7 @@ public final class Sidecar: Sendable {
         outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, apps: table, registrar: registrar, metrics: sharedMetrics, loops: loops,
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
             + [BackgroundTasks.startSweeper(registrar: registrar, apps: table, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
-               BackgroundTasks.startHeapTrim()]
+               BackgroundTasks.startHeapTrim(), Task.detached { await census.run() }]
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256, serial: policy.serial) }
         var fields = [

@@ -60,7 +60,8 @@ package struct ExpirySweeper: Sendable {
                 } else {
                     // Seen since (a write that reached the record and not the index): the index
                     // catches up, so an entry that is not due never stays at the head.
-                    try await inventory.store.indexSeen(token, of: contact, app: keys, at: kept.stored.lastSeenMillis)
+                    try await inventory.store.indexSeen(token, of: contact, app: keys, at: kept.stored.lastSeenMillis,
+                                                         upstreams: kept.stored.upstreams)
                 }
             }
             due = found

@@ -50,6 +50,9 @@ public final class Metrics: Sendable {
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
         var storeWrites: [[String]: UInt64] = [:]         // kind, result
+        var inventoryInstallations: [[String]: UInt64] = [:]  // app, upstream
+        var inventoryTotals: [[String]: UInt64] = [:]     // app
+        var inventoryContacts: [[String]: UInt64] = [:]   // app
     }
 
     private let state = Mutex(State())
@@ -163,6 +166,25 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// An app's inventory as last counted: its installations, those each upstream holds, its contacts.
+    public func inventoryCounts(app: String, installations: Int, contacts: Int, upstreams: [(String, Int)]) {
+        state.withLock { state in
+            state.inventoryInstallations = state.inventoryInstallations.filter { $0.key[0] != app }
+            for (upstream, count) in upstreams { state.inventoryInstallations[[app, upstream]] = UInt64(max(0, count)) }
+            state.inventoryTotals[[app]] = UInt64(max(0, installations))
+            state.inventoryContacts[[app]] = UInt64(max(0, contacts))
+        }
+    }
+
+    /// Drops the inventory gauges of apps no longer in the policy.
+    public func keepInventoryCounts(of apps: Set<String>) {
+        state.withLock { state in
+            state.inventoryInstallations = state.inventoryInstallations.filter { apps.contains($0.key[0]) }
+            state.inventoryTotals = state.inventoryTotals.filter { apps.contains($0.key[0]) }
+            state.inventoryContacts = state.inventoryContacts.filter { apps.contains($0.key[0]) }
+        }
+    }
+
     /// A store write made after an upstream took the change: `result` is `deferred` (it failed and
     /// waits to be retried), `stored` (a retry went through) or `dropped` (given up).
     public func storeWrite(kind: String, result: String) {
@@ -210,6 +232,14 @@ public final class Metrics: Sendable {
                ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
         family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased).",
                "counter", ["app", "reason"], snapshot.inventoryRemovals)
+        if !snapshot.inventoryTotals.isEmpty {
+            family("pushwarden_inventory_installations", "Installations each upstream holds, by app (counted at most once a minute).", "gauge",
+                   ["app", "upstream"], snapshot.inventoryInstallations)
+            family("pushwarden_inventory_app_installations", "Installations in the app's inventory (counted at most once a minute).", "gauge",
+                   ["app"], snapshot.inventoryTotals)
+            family("pushwarden_inventory_contacts", "Contacts with at least one installation, by app (counted at most once a minute).", "gauge",
+                   ["app"], snapshot.inventoryContacts)
+        }
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

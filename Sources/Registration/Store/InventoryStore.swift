@@ -40,9 +40,9 @@ package struct StoredInstallation: Sendable, Equatable {
     let sealed: String
     let platform: String
     let pushService: String
-    let upstreams: [String]
+    package let upstreams: [String]
     let firstSeenMillis: Int64
-    let lastSeenMillis: Int64
+    package let lastSeenMillis: Int64
 
     /// The record's stored form: a small JSON object with short keys (`x` sealed token and
     /// contact, `p` platform, `s` push service, `u` upstreams, `f`/`l` first and last seen).
@@ -86,7 +86,7 @@ package struct StoredInstallation: Sendable, Equatable {
 /// What a request does takes the request's loop (`Registrar.Origin.loop`), whose own connection
 /// a shared store uses, or nil off the loops; the sweeper's own operations (`seen`, `forgetSeen`,
 /// `indexSeen`, `lease`) never run for a request and always use the pool.
-package protocol InventoryStore: Sendable {
+package protocol InventoryStore: InventoryCensus {
     /// Writes the installation into its contact's inventory (keeping its first-seen time and the
     /// upstreams named before), makes the contact the token's holder and indexes when it was seen;
     /// in one round trip. The previous holder's inventory is not touched here: see
@@ -106,8 +106,9 @@ package protocol InventoryStore: Sendable {
     /// Drops a last-seen entry whose installation is gone.
     func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError)
     /// Sets an installation's last-seen entry to `millis` (the sweeper's repair of an entry older
-    /// than its record, which a write that reached one of the two left behind).
-    func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError)
+    /// than its record, which a write that reached one of the two left behind); `upstreams` (its
+    /// record's) keep the shard's counts when the entry is new there.
+    func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64, upstreams: [String]) async throws(StoreError)
     /// Takes or keeps a lease for `owner` for `ttlMillis`: true while `owner` holds it.
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool
     /// Gives a lease up, while `owner` still holds it.

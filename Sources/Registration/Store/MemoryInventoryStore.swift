@@ -12,6 +12,9 @@ package final class MemoryInventoryStore: InventoryStore {
         /// App digest → seen member → last seen (ms). One index per app: shards spread keys over a
         /// cluster's slots, which one process does not have.
         var seen: [String: [String: Int64]] = [:]
+        /// App digest → `InventoryPosition.indexKey` → the upstreams holding the installation: what
+        /// the counts and the export walk read (the Redis shards' index, in one dictionary).
+        var index: [String: [String: [String]]] = [:]
         /// Lease key → (owner, expiry in monotonic nanoseconds).
         var leases: [String: (String, UInt64)] = [:]
     }
@@ -32,6 +35,7 @@ package final class MemoryInventoryStore: InventoryStore {
                 firstSeen: existing?.firstSeenMillis ?? write.nowMillis, lastSeen: write.nowMillis)
             state.inventories[write.contact.digest] = records
             state.seen[write.app.digest, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
+            state.index[write.app.digest, default: [:]][InventoryPosition(token: write.token, contact: write.contact).indexKey] = upstreams
             let moved = previous.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
             return InventoryWriteResult(previousOwner: moved, isNew: existing == nil, count: records.count)
         }
@@ -58,6 +62,7 @@ package final class MemoryInventoryStore: InventoryStore {
             if state.inventories[contact.digest]?.isEmpty == true { state.inventories[contact.digest] = nil }
             if state.owners[token.digest] == contact.digest { state.owners[token.digest] = nil }
             state.seen[app.digest]?[Self.seenMember(contact, token)] = nil
+            state.index[app.digest]?[InventoryPosition(token: token, contact: contact).indexKey] = nil
             return true
         }
     }
@@ -71,11 +76,19 @@ package final class MemoryInventoryStore: InventoryStore {
     }
 
     package func forgetSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys) async throws(StoreError) {
-        _ = state.withLock { $0.seen[app.digest]?.removeValue(forKey: Self.seenMember(contact, token)) }
+        state.withLock { state in
+            state.seen[app.digest]?[Self.seenMember(contact, token)] = nil
+            state.index[app.digest]?[InventoryPosition(token: token, contact: contact).indexKey] = nil
+        }
     }
 
-    package func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64) async throws(StoreError) {
-        state.withLock { $0.seen[app.digest, default: [:]][Self.seenMember(contact, token)] = millis }
+    package func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64,
+                           upstreams: [String]) async throws(StoreError) {
+        state.withLock { state in
+            state.seen[app.digest, default: [:]][Self.seenMember(contact, token)] = millis
+            let key = InventoryPosition(token: token, contact: contact).indexKey
+            if state.index[app.digest]?[key] == nil { state.index[app.digest, default: [:]][key] = upstreams }
+        }
     }
 
     package func releaseLease(_ key: String, owner: String) async throws(StoreError) {
@@ -92,4 +105,32 @@ package final class MemoryInventoryStore: InventoryStore {
             return true
         }
     }
+}
+
+/// The counts and the walk over one process's index. Every write updates the index under the
+/// same lock as the records, so there is nothing to reconcile.
+extension MemoryInventoryStore {
+    package func counts(app: AppInventoryKeys) async throws(StoreError) -> InventoryCounts {
+        state.withLock { state in
+            var counts = InventoryCounts()
+            var contacts = Set<Substring>()
+            for (key, upstreams) in state.index[app.digest] ?? [:] {
+                counts.installations += 1
+                contacts.insert(key.dropFirst(65).prefix(64))
+                for name in upstreams { counts.upstreams[name, default: 0] += 1 }
+            }
+            counts.contacts = contacts.count
+            return counts
+        }
+    }
+
+    package func page(app: AppInventoryKeys, after position: InventoryPosition?, limit: Int) async throws(StoreError) -> InventoryPage {
+        let keys = state.withLock { state in Array((state.index[app.digest] ?? [:]).keys) }
+        let after = position?.indexKey ?? ""
+        let following = keys.filter { $0 > after }.sorted()
+        let entries = following.prefix(max(0, limit)).compactMap { InventoryPosition.parse(indexMember: $0)?.position }
+        return InventoryPage(entries: entries, more: following.count > limit)
+    }
+
+    package func reconcile(shard: Int, app: AppInventoryKeys) async throws(StoreError) -> Int { 0 }
 }

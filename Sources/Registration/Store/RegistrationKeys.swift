@@ -166,6 +166,8 @@ public struct AppInventoryKeys: Sendable, Equatable {
     public let shards: [InventoryShardKeys]
     /// The sweeper's lease: one replica at a time sweeps an app.
     public let sweepLease: String
+    /// The census's lease: one replica at a time reconciles an app's counts.
+    public var censusLease: String { String(sweepLease.dropLast(5)) + "census" }
     /// The whole app's last-seen index of builds before the shards: still read by the sweeper
     /// (so installations seen only before an upgrade still expire), never written.
     public let legacySeen: String
@@ -186,6 +188,9 @@ public struct AppInventoryKeys: Sendable, Equatable {
     }
 
     public func shard(of token: TokenKeys) -> InventoryShardKeys { shards[token.shard] }
+
+    /// The shard that counts the contact among the app's contacts: its digest's first two hex digits.
+    public func shard(of contact: ContactKeys) -> InventoryShardKeys { shards[TokenKeys(digest: contact.digest).shard] }
 }
 
 /// One shard of an app's inventory index, under one hash tag.
@@ -201,6 +206,17 @@ public struct InventoryShardKeys: Sendable, Equatable {
         self.prefix = prefix
         seen = prefix + "seen"
     }
+
+    /// The shard's installations in a fixed order, for the export walk and the counts: a sorted
+    /// set of `<token digest>:<contact digest>:<upstream,...>`, every score 0, so it is ordered by
+    /// member and a member's place never moves while its installation lives.
+    public var index: String { prefix + "x" }
+    /// The shard's counts, kept with `index` by the same scripts: `i` installations, `u:<name>`
+    /// installations an upstream holds.
+    public var counts: String { prefix + "n" }
+    /// The contacts whose digest starts with this shard's two hex digits and that hold at least
+    /// one installation: a set of contact digests.
+    public var contacts: String { prefix + "c" }
 
     /// Which contact holds the token now (the contact's digest): how a move is found and an
     /// unregister bound to its contact. A key of its own, so that taking it answers the holder
