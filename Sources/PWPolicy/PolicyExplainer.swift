@@ -191,6 +191,7 @@ public enum PolicyExplainer {
         out.append("  Secrets referenced (names only): " + (secrets.isEmpty ? "none" : secrets.joined(separator: ", ")))
         out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")
         out.append("  Inventory: " + inventorySummary(app))
+        out.append("  Dead-token reports: " + deadTokenSummary(app))
         return out
     }
 
@@ -208,6 +209,13 @@ public enum PolicyExplainer {
             parts.append("installations never expire")
         }
         return parts.joined(separator: "; ")
+    }
+
+    /// What a dead-token report may remove before the mass-death guard holds the rest.
+    static func deadTokenSummary(_ app: AppPolicy) -> String {
+        "the backend's sender may report tokens it found dead (server-to-server API); within one minute they remove at most "
+            + "\(app.deadTokens.maxShareText) of the app's installations (dead_tokens.max_share) or \(app.deadTokens.minCount) "
+            + "(dead_tokens.min_count), whichever is more; further reports are held in quarantine until an operator releases or drops them"
     }
 
     static func explain(_ session: SessionPolicy) -> [String] {

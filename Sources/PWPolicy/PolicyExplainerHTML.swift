@@ -348,6 +348,8 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line("  " + (app.client.maxInstallations.map { "at most \($0) per contact, least recently seen evicted" } ?? "no cap per contact")))
         lines.append(Box.Line("  " + (app.inventory.expireAfterMillis.map { "forgotten after \(Values.formatMillis($0)) unseen (inventory.expire_after)" }
                                       ?? "kept until unregistered or erased")))
+        lines.append(Box.Line("  dead-token reports remove at most \(app.deadTokens.maxShareText) (dead_tokens.max_share) or \(app.deadTokens.minCount) "
+                              + "(dead_tokens.min_count) a minute, whichever is more; the rest are held in quarantine"))
         lines.append(Box.Line("encryption at rest (store.encryption_key):", "strong"))
         if let store {
             let previous = store.previousEncryptionKeys.count

@@ -11,9 +11,11 @@ struct AdminHandler: AsyncHTTPHandler {
     let metrics: Metrics
     let store: any DedupeStore
     let contacts: ContactRoutes
+    let deadTokens: DeadTokenRoutes
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision {
         if let decision = contacts.decide(head) { return decision }
+        if let decision = deadTokens.decide(head) { return decision }
         switch head.path {
         case "/healthz", "/readyz", "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else {
@@ -28,7 +30,8 @@ struct AdminHandler: AsyncHTTPHandler {
     }
 
     func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
-        Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
+        if context is DeadTokenRoutes.Resolved { return deadTokens.payloadTooLarge(head) }
+        return Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
     }
 
     func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
@@ -39,6 +42,9 @@ struct AdminHandler: AsyncHTTPHandler {
         let requestID = RequestID.from(request.head.headers)
         if let resolved = request.context as? ContactRoutes.Resolved {
             return await contacts.handle(resolved, requestID: requestID)
+        }
+        if let resolved = request.context as? DeadTokenRoutes.Resolved {
+            return await deadTokens.handle(resolved, body: request.body, requestID: requestID)
         }
         switch request.head.path {
         case "/healthz":

@@ -210,6 +210,10 @@ public final class Sidecar: Sendable {
         let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
                                           logger: logger, receipts: trail, digests: digests)
         self.contactRoutes = contactRoutes
+        let deadTokenStore: any DeadTokenStore = (chosenStore as? RedisStore).map { RedisDeadTokenStore(store: $0) }
+            ?? MemoryDeadTokenStore(inventory: inventoryStore as? MemoryInventoryStore)
+        let deadTokenRoutes = DeadTokenRoutes(contacts: contactRoutes, deadTokens: DeadTokens(registrar: registrar, store: deadTokenStore),
+                                              apps: table, metrics: metrics, logger: logger, digests: digests)
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
         let threads = parts.loopCount
@@ -231,7 +235,7 @@ public final class Sidecar: Sendable {
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
                                                        perAddressConnectionLimit: configuration.connectionsPerAddress,
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
-                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes))
+                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes, deadTokens: deadTokenRoutes))
         } catch {
             builder.shutdown()
             throw ConfigurationError("cannot listen on \(configuration.admin) (admin): \(error.message)")

@@ -49,6 +49,7 @@ public final class Metrics: Sendable {
         var policySerial: Int?
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
+        var deadTokens: [[String]: UInt64] = [:]          // app, result
         var storeWrites: [[String]: UInt64] = [:]         // kind, result
     }
 
@@ -163,6 +164,12 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// One dead-token report judged: `result` is `removed`, `stale`, `unknown`, `quarantined`,
+    /// `failed` (an upstream could not take the removal) or `refused` (the report itself).
+    public func deadToken(app: String, result: String) {
+        state.withLock { $0.deadTokens[[app, result], default: 0] += 1 }
+    }
+
     /// A store write made after an upstream took the change: `result` is `deferred` (it failed and
     /// waits to be retried), `stored` (a retry went through) or `dropped` (given up).
     public func storeWrite(kind: String, result: String) {
@@ -208,8 +215,11 @@ public final class Metrics: Sendable {
         let expired = snapshot.inventoryRemovals.filter { $0.key[1] == "expired" }
         family("pushwarden_inventory_expired_total", "Installations unregistered and forgotten after inventory.expire_after.", "counter",
                ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
-        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased).",
+        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased, dead).",
                "counter", ["app", "reason"], snapshot.inventoryRemovals)
+        family("pushwarden_dead_tokens_total",
+               "Dead-token reports by app and result (removed, stale, unknown, quarantined, failed, refused).", "counter",
+               ["app", "result"], snapshot.deadTokens)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))
