@@ -69,6 +69,9 @@ extension PolicyReader {
                     checker.report(value.mark, at, "must be between 0.01% and 100%, found \(text)")
                     ok = false
                 }
+            } else if case .scalar(let text, .plain) = value.kind, Double(text) != nil {
+                checker.report(value.mark, at, "expected a percentage like 5% or 0.5%, found a number without %")
+                ok = false
             } else {
                 checker.report(value.mark, at, "expected a percentage like 5% or 0.5%, found \(Checker.describe(value))")
                 ok = false

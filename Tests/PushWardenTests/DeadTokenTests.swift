@@ -216,6 +216,35 @@ import Testing
         await pn.stop()
     }
 
+    /// With `store.encryption_key` and `store.digest_key`, a held report keeps its token sealed
+    /// under a keyed name, and the command opens it again to release it.
+    @Test func heldReportsAreSealedAndStillReleased() async throws {
+        let voyado = try MockVoyado(apiKey: "voyado-key"), pn = try MockPushNotice(apiKey: PushNoticeTests.key)
+        var secrets = Self.secrets
+        secrets[.env("PW_STORE_KEY")] = EncryptionAtRestTests.storeKey
+        secrets[.env("PW_DIGEST_KEY")] = EncryptionAtRestTests.otherKey
+        let h = try await SidecarHarness(upstreams: Self.upstreams(voyado, pn, guard: "{min_count: 0, max_share: 0.01%}"), secrets: secrets,
+                                         topLevel: Self.admin + "\nstore:\n  encryption_key: {env: PW_STORE_KEY}\n  digest_key: {env: PW_DIGEST_KEY}")
+        let fcm = InventoryTests.android()
+        #expect(try await h.post("/installations", InventoryTests.android(fcm)).status == 202)
+        #expect(try await Self.report(h, Self.reports([Self.dead(fcm)])).json?["quarantined"] == .number("1"))
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        let stored = try await client.send(["HGETALL", DeadTokenKeys(app: h.app).held])
+        client.close()
+        guard case .array(let items) = stored else { Issue.record("no held reports"); return }
+        #expect(items.count == 2)
+        let field = items.first?.string ?? "", record = items.last?.string ?? ""
+        #expect(!record.contains(fcm) && record.contains("pwe2:"), "\(record)")
+        #expect(field != KeyDigest.unkeyed.token(fcm, app: h.app).digest)
+        let run = try await QuarantineCommand.run(.release, policy: h.policy, redisURL: RedisServer.shared.url, app: h.app, secrets: h.secrets,
+                                                  logger: Logger(label: "test", level: .warning, sink: h.logs)) { _ in }
+        #expect(run.handled == 1 && run.failed == 0)
+        #expect(voyado.received(path: "/installations/unregister").compactMap { $0.object?["push_token"]?.stringValue } == [fcm])
+        await h.stop()
+        await voyado.stop()
+        await pn.stop()
+    }
+
     /// Two replicas sharing a Redis count their removals together: the second replica's report
     /// finds the minute's allowance spent by the first.
     @Test func theGuardsCountIsSharedByReplicas() async throws {
