@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import PWCore
+import PWCrypto
 import PWPolicy
 @testable import Providers
 @testable import PushWarden
@@ -243,6 +244,35 @@ import Testing
         await h.stop()
         await voyado.stop()
         await pn.stop()
+    }
+
+    /// With `audit.signing_key`, every removal on a report appends a signed receipt naming the
+    /// contact by its digest, and the trail still verifies.
+    @Test func eachRemovalAppendsAReceiptToTheEvidenceTrail() async throws {
+        let key = try Ed25519PrivateKey.generate()
+        let voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await AuditTrailTests.sidecar(voyado, key: key)
+        let tokens = [InventoryTests.android(), InventoryTests.android()]
+        for token in tokens { #expect(try await h.post("/installations", InventoryTests.android(token), contact: "alice").status == 202) }
+        let reply = try await Self.report(h, Self.reports(tokens.map { Self.dead($0) }), requestID: "dead-audit")
+        #expect(reply.json?["removed"] == .number("2"), "\(reply.text)")
+        let audit = Self.logLines(h).first { $0["msg"] == "dead tokens reported" }
+        #expect(audit?["receipts"] == "1,2")
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        let entries = try await client.send(["XRANGE", AuditTrail.Keys(app: h.app).receipts, "-", "+"])
+        client.close()
+        guard case .array(let items) = entries else { Issue.record("no receipts"); return }
+        let bodies = items.compactMap { item -> AuditReceipt? in
+            guard case .array(let parts) = item, parts.count == 2, case .array(let fields) = parts[1], fields.count >= 2 else { return nil }
+            return fields[1].string.flatMap { AuditReceipt(body: $0) }
+        }
+        #expect(bodies.map(\.kind) == ["dead_token", "dead_token"])
+        #expect(bodies.allSatisfy { $0.contact == ContactKeys(app: h.app, contactID: "alice").digest && $0.installations == 1 })
+        #expect(bodies.allSatisfy { $0.requestID == "dead-audit" && $0.upstreams.map(\.1) == ["forwarded"] })
+        let run = try AuditTrailTests.verify(h, key: key)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        await h.stop()
+        await voyado.stop()
     }
 
     /// Two replicas sharing a Redis count their removals together: the second replica's report
