@@ -275,6 +275,24 @@ import Testing
         await voyado.stop()
     }
 
+    /// The command as an operator runs it: what it needs, and an empty quarantine.
+    @Test func theQuarantineCommandLine() throws {
+        let environment = ["PUSHWARDEN_DEMO_SESSION_SECRET": String(repeating: "s", count: 32), "PUSHWARDEN_REDIS_URL": "", "PUSHWARDEN_POLICY": ""]
+        let missing = try CommandLineTests.run(["tokens", "quarantine", "list", "--policy", "policies/example.yaml", "--app", "demo"],
+                                               environment: environment)
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("tokens quarantine needs --redis URL"), "\(missing.stderr)")
+        let verb = try CommandLineTests.run(["tokens", "quarantine", "purge"], environment: environment)
+        #expect(verb.status == 2 && verb.stderr.contains("usage: pushwarden tokens quarantine list|release|drop"))
+        let unknownApp = try CommandLineTests.run(["tokens", "quarantine", "list", "--policy", "policies/example.yaml", "--app", "nope",
+                                                   "--redis", RedisServer.shared.url], environment: environment)
+        #expect(unknownApp.status == 1 && unknownApp.stderr.contains("the policy has no app nope"), "\(unknownApp.stderr)")
+        let empty = try CommandLineTests.run(["tokens", "quarantine", "list", "--policy", "policies/example.yaml", "--app", "demo",
+                                              "--redis", RedisServer.shared.url], environment: environment)
+        #expect(empty.status == 0, "\(empty.stderr)")
+        #expect(empty.stdout == "0 held\n")
+    }
+
     /// Two replicas sharing a Redis count their removals together: the second replica's report
     /// finds the minute's allowance spent by the first.
     @Test func theGuardsCountIsSharedByReplicas() async throws {
