@@ -200,17 +200,22 @@ import Testing
         #expect(lines.last == "4 held")
         for token in tokens { #expect(!lines.joined().contains(token)) }
 
-        // Drop one: it stays registered; release another, then the rest: removed everywhere.
+        // Drop one: it stays registered; release another, then the rest: removed everywhere, but
+        // for the one its device registered again while it was held.
         let (dropped, _) = try await quarantine(.drop, [Redact.token(tokens[2])])
         #expect(dropped.handled == 1)
         let (one, oneLines) = try await quarantine(.release, [Redact.token(tokens[3])])
         #expect(one.handled == 1 && one.failed == 0, "\(oneLines)")
         #expect(oneLines.first == Redact.token(tokens[3]) + "  removed")
-        let (rest, _) = try await quarantine(.release)
+        try await Task.sleep(for: .milliseconds(5))
+        let updated = #"{"platform":"android","push_token":"\#(tokens[4])","app_version":"2.0.0"}"#
+        #expect(try await h.post("/installations", updated).outcome("voyado") == "forwarded")
+        let (rest, restLines) = try await quarantine(.release)
         #expect(rest.handled == 2)
+        #expect(restLines.contains(Redact.token(tokens[4]) + "  stale"), "\(restLines)")
         #expect(Set(voyado.received(path: "/installations/unregister").compactMap { $0.object?["push_token"]?.stringValue })
-                == Set(tokens).subtracting([tokens[2]]))
-        #expect(try await Self.tokens(h) == [Redact.token(tokens[2])])
+                == Set(tokens).subtracting([tokens[2], tokens[4]]))
+        #expect(try await Self.tokens(h) == [Redact.token(tokens[2]), Redact.token(tokens[4])])
         #expect(try await quarantine(.list).1 == ["0 held"])
         await h.stop()
         await voyado.stop()

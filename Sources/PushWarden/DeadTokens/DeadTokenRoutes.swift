@@ -133,8 +133,11 @@ final class DeadTokenRoutes: Sendable {
             }
         }
         refused.sort { $0.index < $1.index }
+        // A token reported twice was removed once: one receipt, one mention.
+        var seen: Set<String> = []
         let removals = results.compactMap { result -> DeadTokenRemoval? in
-            if case .removed(let removal) = result { return removal } else { return nil }
+            guard case .removed(let removal) = result, seen.insert(removal.contact.digest + removal.digest).inserted else { return nil }
+            return removal
         }
         let receipts = await Self.appendReceipts(removals, to: contacts.receiptsInForce, app: appID, requestID: requestID, logger: logger)
         audit.info("dead tokens reported", [

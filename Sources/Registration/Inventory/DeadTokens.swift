@@ -32,7 +32,9 @@ package enum DeadTokenResult: Sendable {
 /// One removal made on a report: whose installation it was, and each upstream's outcome.
 package struct DeadTokenRemoval: Sendable {
     package let contact: ContactKeys
+    /// The token as logs show it (`tok:…`), and its digest in the store.
     package let token: String
+    package let digest: String
     package let upstreams: [(String, UpstreamOutcome)]
 }
 
@@ -182,7 +184,8 @@ package final class DeadTokens: Sendable {
         }).first {
             return .failed(failure.contractError)
         }
-        return .removed(DeadTokenRemoval(contact: held.contact, token: held.kept.summaryToken, upstreams: outcomes))
+        return .removed(DeadTokenRemoval(contact: held.contact, token: held.kept.summaryToken, digest: held.kept.stored.token.digest,
+                                         upstreams: outcomes))
     }
 
     /// The app's installation count for the guard's share, read at most once a minute. A count
@@ -289,8 +292,10 @@ package final class DeadTokens: Sendable {
                 continue
             }
             let result: DeadTokenResult
+            // Without the sender's time, the time it was held: a device seen since then is alive.
+            let observed = report.observedMillis ?? summary.heldMillis
             if let found = try await holding(report.pushToken, app: appID) {
-                if let observed = report.observedMillis, found.kept.stored.lastSeenMillis > observed {
+                if found.kept.stored.lastSeenMillis > observed {
                     result = .stale
                 } else {
                     result = await remove(found, report: report, app: app, requestID: requestID)
