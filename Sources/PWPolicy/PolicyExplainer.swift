@@ -71,7 +71,8 @@ public enum PolicyExplainer {
         let routes = "GET and DELETE /v1/apps/{app}/contacts/{contact}/installations"
         let appTokens = policy.apps.filter { $0.admin != nil }
         guard policy.admin != nil || !appTokens.isEmpty else {
-            return ["Server-to-server API: disabled (no admin token in the policy); \(routes) answer 404 on both listeners"]
+            return ["Server-to-server API: disabled (no admin token in the policy); \(routes) and POST /v1/apps/{app}/tokens/dead "
+                    + "answer 404 on both listeners"]
         }
         var out = [
             "Server-to-server API: enabled, on the admin listener only (the client listener answers 404 there)",
@@ -88,6 +89,8 @@ public enum PolicyExplainer {
         }
         out.append("  - \(routes): list a contact's installations (tokens as short hashes); "
                    + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)")
+        out.append("  - POST /v1/apps/{app}/tokens/dead: the backend's sender reports tokens it found dead; each is removed as an erasure "
+                   + "removes one installation, within the app's mass-death guard (see each app's dead-token reports)")
         if let admin = policy.admin { out.append("  - secret referenced (name only): \(admin.token) (admin token)") }
         return out
     }

@@ -75,7 +75,8 @@ public enum PolicyExplainerHTML {
         }
         if !appTokens.isEmpty { who += " and of each app's own token (that app only; for another app the same 401 as a wrong token)" }
         var html = "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, \(who): list and erase a "
-            + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>).</p>"
+            + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>); "
+            + "report dead tokens (<code>POST /v1/apps/{app}/tokens/dead</code>, within each app's mass-death guard).</p>"
         if !appTokens.isEmpty {
             html += "\n<ul class=\"s2s\">"
             for app in policy.apps {

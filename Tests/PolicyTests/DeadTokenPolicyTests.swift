@@ -15,6 +15,7 @@ import Testing
         let explained = PolicyExplainer.explain(policy)
         #expect(explained.contains("within one minute they remove at most 2.5% of the app's installations (dead_tokens.max_share) or 50 (dead_tokens.min_count)"))
         #expect(PolicyExplainerHTML.render(policy).contains("dead-token reports remove at most 2.5% (dead_tokens.max_share) or 50"))
+        #expect(explained.contains("POST /v1/apps/{app}/tokens/dead answer 404 on both listeners"))
     }
 
     @Test func withoutTheBlockTheDefaultsHold() throws {
