@@ -146,6 +146,9 @@ import Testing
         #expect(unknown.status == 400 && unknown.errorCode == "unknown_field")
         let notList = try await Self.report(h, #"{"reports":{}}"#)
         #expect(notList.status == 400 && notList.errorField == "reports")
+        // A thousand reports of the longest tokens fit.
+        let largest = try await Self.report(h, Self.reports((0..<1000).map { Self.dead(String(format: "%04d", $0) + String(repeating: "a", count: 996)) }))
+        #expect(largest.status == 202 && largest.json?["unknown"] == .number("1000"), "\(largest.status) \(largest.text.prefix(200))")
         let tooLarge = try await Self.report(h, Self.reports(Array(repeating: Self.dead(String(repeating: "a", count: 1000)), count: 1600)))
         #expect(tooLarge.status == 413 && tooLarge.errorCode == "payload_too_large")
         // Nothing of that removed anything.
@@ -346,8 +349,17 @@ import Testing
 /// The guard's shared state on a real redis-server, minute by minute: what the HTTP tests cannot
 /// wait for.
 @Suite struct DeadTokenStoreTests {
-    @Test func theLastMinuteCountsAndHeldReportsHoldEverything() async throws {
-        let redis = RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url)))
+    @Test(arguments: [false, true]) func theLastMinuteCountsAndHeldReportsHoldEverything(cluster: Bool) async throws {
+        if cluster {
+            try await RedisCluster.use { cluster in try await Self.lastMinute(url: cluster.url) }
+        } else {
+            try await Self.lastMinute(url: RedisServer.shared.url)
+        }
+    }
+
+    /// On one Redis and on a cluster alike: an app's guard keys share one hash tag.
+    static func lastMinute(url: String) async throws {
+        let redis = RedisStore(client: RedisClient(configuration: try RedisConfiguration(url: url)))
         let store = RedisDeadTokenStore(store: redis)
         let keys = DeadTokenKeys(app: "guard-" + UUID().uuidString)
         let minute: Int64 = 29_000_000 * 60_000
@@ -362,6 +374,7 @@ import Testing
         #expect(try await store.unhold("f", ifStill: "other", app: keys) == false)
         #expect(try await store.unhold("f", ifStill: "r", app: keys))
         #expect(try await store.admit(8, limit: 10, app: keys, nowMillis: minute + 240_000) == 8)
+        #expect(try await store.installationCount(app: AppInventoryKeys(app: "none-" + UUID().uuidString)) == 0)
         // The embedded store decides alike.
         let memory = MemoryDeadTokenStore(inventory: nil)
         #expect(try await memory.admit(8, limit: 10, app: keys, nowMillis: minute + 1_000) == 8)
