@@ -3,7 +3,7 @@ import PWCore
 import Registration
 
 /// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`, and the
-/// server-to-server API (`ContactRoutes`, behind the admin token).
+/// server-to-server API (`ContactRoutes` and `DeadTokenRoutes`, behind the admin tokens).
 ///
 /// Every request runs in a task of its own (`AsyncHTTPHandler`), off the listener's loop, so a
 /// slow erasure (seconds of upstream calls) holds no thread and never delays `/healthz`.
