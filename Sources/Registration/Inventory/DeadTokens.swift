@@ -48,7 +48,7 @@ package struct HeldSummary: Sendable {
     package let requestID: String
 }
 
-/// Dead-token reports (contract section 10) over the registration operations: each reported
+/// Dead-token reports from the backend's sender, over the registration operations: each reported
 /// token is removed as an erasure removes one installation (`Registrar.retire`), unless it was
 /// registered again after the sender saw it die, and only as long as the **mass-death guard**
 /// lets it: within a minute an app's reports remove at most `dead_tokens.max_share` of its

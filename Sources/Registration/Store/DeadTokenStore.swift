@@ -36,7 +36,7 @@ package struct HeldReport: Sendable, Equatable {
     }
 }
 
-/// The mass-death guard's shared state (contract section 10): the removals of the last minute
+/// The mass-death guard's shared state: the removals of the last minute
 /// per app, counted where every replica counts, and the reports held back.
 package protocol DeadTokenStore: Sendable {
     /// Counts up to `count` removals into the app's current minute and answers how many were
