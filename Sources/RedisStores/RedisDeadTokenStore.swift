@@ -45,7 +45,7 @@ package final class RedisDeadTokenStore: DeadTokenStore {
     }
 
     /// The sizes of the app's last-seen shards (and of the index of builds before the shards):
-    /// 257 `ZCARD`s, which the caller reads at most once a minute.
+    /// a `ZCARD` each, which the caller asks for at most once a minute.
     package func installationCount(app: AppInventoryKeys) async throws(StoreError) -> Int {
         let replies = try await store.sendConcurrently(app.shards.map { ["ZCARD", $0.seen] } + [["ZCARD", app.legacySeen]])
         var total = 0
@@ -57,7 +57,7 @@ package final class RedisDeadTokenStore: DeadTokenStore {
     }
 
     package func hold(_ reports: [HeldReport], app: DeadTokenKeys) async throws(StoreError) {
-        // A few hundred fields per command keep each one small.
+        // Commands of a bounded size, so no one command holds Redis long.
         var start = 0
         while start < reports.count {
             let chunk = reports[start..<min(reports.count, start + 200)]
