@@ -18,7 +18,8 @@ public struct DeadTokenPolicy: Sendable, Equatable {
     /// How many removals one minute may make for an app of `installations`: more than both the
     /// share and `min_count` trips the guard.
     public func removalLimit(installations: Int) -> Int {
-        let share = Int((Double(max(0, installations)) * Double(maxShareBasisPoints) / 10_000).rounded(.down))
+        // Below 2^62 the product converts back to Int exactly enough, whatever count the store gave.
+        let share = Int(min(Double(max(0, installations)) * Double(maxShareBasisPoints) / 10_000, 0x1p62).rounded(.down))
         return max(minCount, share)
     }
 

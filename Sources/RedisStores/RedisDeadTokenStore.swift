@@ -51,7 +51,9 @@ package final class RedisDeadTokenStore: DeadTokenStore {
         var total = 0
         for reply in replies {
             guard case .integer(let count) = reply, count >= 0 else { throw StoreError(.unexpectedReply, "unexpected ZCARD reply") }
-            total += Int(count)
+            // Sizes come from a store others can write: a sum past Int's range is taken as its end.
+            let (sum, overflow) = total.addingReportingOverflow(Int(count))
+            total = overflow ? Int.max : sum
         }
         return total
     }

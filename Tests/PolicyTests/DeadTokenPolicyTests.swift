@@ -12,6 +12,7 @@ import Testing
         #expect(policy.apps[0].deadTokens == DeadTokenPolicy(minCount: 50, maxShareBasisPoints: 250))
         #expect(policy.apps[0].deadTokens.removalLimit(installations: 10_000) == 250)
         #expect(policy.apps[0].deadTokens.removalLimit(installations: 1_000) == 50)
+        #expect(DeadTokenPolicy(minCount: 0, maxShareBasisPoints: 10_000).removalLimit(installations: .max) == 1 << 62)
         let explained = PolicyExplainer.explain(policy)
         #expect(explained.contains("within one minute they remove at most 2.5% of the app's installations (dead_tokens.max_share) or 50 (dead_tokens.min_count)"))
         #expect(PolicyExplainerHTML.render(policy).contains("dead-token reports remove at most 2.5% (dead_tokens.max_share) or 50"))
