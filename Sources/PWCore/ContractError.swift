@@ -14,6 +14,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     case invalidEvent = "invalid_event"
     case invalidEventType = "invalid_event_type"
     case unknownField = "unknown_field"
+    /// A dead-token report whose reason is not evidence that the token is dead (per report only).
+    case invalidReason = "invalid_reason"
     case unauthorized
     case contactMismatch = "contact_mismatch"
     case forbidden
@@ -37,7 +39,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
         switch self {
         case .invalidJSON, .invalidRequest, .invalidPlatform, .invalidTokenFormat, .tokenPlatformMismatch,
              .unsupportedTokenType, .invalidWebPush, .urlNotPubliclyRoutable, .invalidEvent,
-             .invalidEventType, .unknownField:
+             .invalidEventType, .unknownField, .invalidReason:
             return 400
         case .unauthorized: return 401
         case .contactMismatch, .forbidden: return 403

@@ -96,6 +96,8 @@ public struct AppPolicy: Sendable, Equatable {
     /// The app's own server-to-server token (`apps.<id>.admin`): it reaches this app's routes
     /// only. Nil: only the operator's token (`Policy.admin`), if any, reaches them.
     public var admin: AdminPolicy?
+    /// The mass-death guard of dead-token reports (`apps.<id>.dead_tokens`).
+    public var deadTokens = DeadTokenPolicy()
 
     public init(id: String, session: AppSession, client: ClientPolicy, dedupe: DedupePolicy, upstreams: [UpstreamPolicy],
                 inventory: InventoryPolicy = InventoryPolicy(), admin: AdminPolicy? = nil) {

@@ -71,7 +71,8 @@ public enum PolicyExplainer {
         let routes = "GET and DELETE /v1/apps/{app}/contacts/{contact}/installations"
         let appTokens = policy.apps.filter { $0.admin != nil }
         guard policy.admin != nil || !appTokens.isEmpty else {
-            return ["Server-to-server API: disabled (no admin token in the policy); \(routes) answer 404 on both listeners"]
+            return ["Server-to-server API: disabled (no admin token in the policy); \(routes) and POST /v1/apps/{app}/tokens/dead "
+                    + "answer 404 on both listeners"]
         }
         var out = [
             "Server-to-server API: enabled, on the admin listener only (the client listener answers 404 there)",
@@ -90,6 +91,8 @@ public enum PolicyExplainer {
                    + "erase the contact (unregistered at every upstream that holds an installation, then forgotten; one audit log line)")
         out.append("  - GET /v1/apps/{app}/coverage and GET /v1/apps/{app}/installations: how many installations each upstream holds; "
                    + "every installation of the app in pages, each with its contact id in clear (tokens as short hashes)")
+        out.append("  - POST /v1/apps/{app}/tokens/dead: the backend's sender reports tokens it found dead; each is removed as an erasure "
+                   + "removes one installation, within the app's mass-death guard (see each app's dead-token reports)")
         if let admin = policy.admin { out.append("  - secret referenced (name only): \(admin.token) (admin token)") }
         return out
     }
@@ -193,6 +196,7 @@ public enum PolicyExplainer {
         out.append("  Secrets referenced (names only): " + (secrets.isEmpty ? "none" : secrets.joined(separator: ", ")))
         out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")
         out.append("  Inventory: " + inventorySummary(app))
+        out.append("  Dead-token reports: " + deadTokenSummary(app))
         return out
     }
 
@@ -210,6 +214,13 @@ public enum PolicyExplainer {
             parts.append("installations never expire")
         }
         return parts.joined(separator: "; ")
+    }
+
+    /// What a dead-token report may remove before the mass-death guard holds the rest.
+    static func deadTokenSummary(_ app: AppPolicy) -> String {
+        "the backend's sender may report tokens it found dead (server-to-server API); within one minute they remove at most "
+            + "\(app.deadTokens.maxShareText) of the app's installations (dead_tokens.max_share) or \(app.deadTokens.minCount) "
+            + "(dead_tokens.min_count), whichever is more; further reports are held in quarantine until an operator releases or drops them"
     }
 
     static func explain(_ session: SessionPolicy) -> [String] {

@@ -76,8 +76,9 @@ public enum PolicyExplainerHTML {
         if !appTokens.isEmpty { who += " and of each app's own token (that app only; for another app the same 401 as a wrong token)" }
         var html = "<p class=\"s2s\">Server-to-server API: <strong>enabled</strong> on the admin listener only, \(who): list and erase a "
             + "contact's installations (<code>GET</code> and <code>DELETE /v1/apps/{app}/contacts/{contact}/installations</code>); "
-            + "count each upstream's installations (<code>GET /v1/apps/{app}/coverage</code>) and export every installation of the app "
-            + "with its contact id in clear (<code>GET /v1/apps/{app}/installations</code>).</p>"
+            + "count each upstream's installations (<code>GET /v1/apps/{app}/coverage</code>), export every installation of the app "
+            + "with its contact id in clear (<code>GET /v1/apps/{app}/installations</code>) and "
+            + "report dead tokens (<code>POST /v1/apps/{app}/tokens/dead</code>, within each app's mass-death guard).</p>"
         if !appTokens.isEmpty {
             html += "\n<ul class=\"s2s\">"
             for app in policy.apps {
@@ -350,6 +351,8 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line("  " + (app.client.maxInstallations.map { "at most \($0) per contact, least recently seen evicted" } ?? "no cap per contact")))
         lines.append(Box.Line("  " + (app.inventory.expireAfterMillis.map { "forgotten after \(Values.formatMillis($0)) unseen (inventory.expire_after)" }
                                       ?? "kept until unregistered or erased")))
+        lines.append(Box.Line("  dead-token reports remove at most \(app.deadTokens.maxShareText) (dead_tokens.max_share) or \(app.deadTokens.minCount) "
+                              + "(dead_tokens.min_count) a minute, whichever is more; the rest are held in quarantine"))
         lines.append(Box.Line("encryption at rest (store.encryption_key):", "strong"))
         if let store {
             let previous = store.previousEncryptionKeys.count

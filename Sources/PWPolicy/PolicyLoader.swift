@@ -202,7 +202,7 @@ struct PolicyReader {
     }
 
     func app(id: String, _ node: YAMLNode, _ path: String) -> AppPolicy? {
-        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory", "admin"])
+        let fields = Fields(checker, node, path, allowed: ["session", "client", "dedupe", "upstreams", "inventory", "admin", "dead_tokens"])
         let session = fields.required("session").flatMap { self.session($0, fields.at("session")) }
         let client = fields.required("client").flatMap { self.client($0, fields.at("client")) }
         let dedupe = fields["dedupe"].map { self.dedupe($0, fields.at("dedupe")) } ?? DedupePolicy(refreshAfterSeconds: 7 * 86_400)
@@ -214,8 +214,11 @@ struct PolicyReader {
             admin = self.admin(node, fields.at("admin"))
             adminOK = admin != nil
         }
-        guard let session, let client, let dedupe, let upstreams, let inventory, adminOK else { return nil }
-        return AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory, admin: admin)
+        let deadTokens = fields["dead_tokens"].map { self.deadTokens($0, fields.at("dead_tokens")) } ?? DeadTokenPolicy()
+        guard let session, let client, let dedupe, let upstreams, let inventory, let deadTokens, adminOK else { return nil }
+        var app = AppPolicy(id: id, session: session, client: client, dedupe: dedupe, upstreams: upstreams, inventory: inventory, admin: admin)
+        app.deadTokens = deadTokens
+        return app
     }
 
     // MARK: helpers

@@ -14,6 +14,7 @@ let usage = """
       pushwarden dev-token --policy FILE --app APP --contact ID [--ttl SECONDS]
       pushwarden healthcheck [--admin HOST:PORT]
       pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--policy-key PUBLIC.pem] [--app APP] [--upstream NAME]
+      pushwarden tokens quarantine list|release|drop --policy FILE --redis URL --app APP [--token tok:1a2b3c4d,...]
       pushwarden audit verify --redis URL --key PUBLIC.pem [--key OLDER.pem]... [--app APP]...
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,

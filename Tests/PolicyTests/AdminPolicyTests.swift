@@ -65,7 +65,7 @@ import Testing
 
         let without = PolicyExplainer.explain(try PolicyLoader.load(text: minimalPolicy, path: "t.yaml").get())
         #expect(without.contains("\nServer-to-server API: disabled (no admin token in the policy); GET and DELETE "
-                                 + "/v1/apps/{app}/contacts/{contact}/installations answer 404 on both listeners\n"))
+                                 + "/v1/apps/{app}/contacts/{contact}/installations and POST /v1/apps/{app}/tokens/dead answer 404 on both listeners\n"))
         #expect(!without.contains("admin token from"))
         #expect(!without.contains("  Server-to-server API:"))
     }

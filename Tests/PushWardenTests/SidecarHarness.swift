@@ -18,6 +18,9 @@ final class SidecarHarness: Sendable {
     let client: HTTPClient
     let logs: LogSink
     let sessionSecret: [UInt8] = Array("test-session-secret-0123456789abcdef".utf8)
+    /// The policy it serves and the secrets it resolved, for a command run beside it.
+    let policy: Policy
+    let secrets: StaticSecrets
 
     /// - Parameters:
     ///   - upstreams: the YAML list under `upstreams:`, indented by six spaces per line as in
@@ -51,7 +54,6 @@ final class SidecarHarness: Sendable {
             \(upstreams)
             """
         if !topLevel.isEmpty { yaml += "\n" + topLevel }
-        let policy: Policy
         switch PolicyLoader.load(text: yaml, path: "test.yaml") {
         case .success(let p): policy = p
         case .failure(let diagnostics):
@@ -61,6 +63,7 @@ final class SidecarHarness: Sendable {
         logs = LogSink.memory()
         var values: [SecretRef: [UInt8]] = [.env("TEST_SESSION_SECRET"): sessionSecret]
         for (ref, value) in secrets { values[ref] = Array(value.utf8) }
+        self.secrets = StaticSecrets(values)
         let store: any DedupeStore = try store ?? (memoryStore
             ? MemoryStore()
             : RedisStore(client: RedisClient(configuration: RedisConfiguration(url: RedisServer.shared.url))))

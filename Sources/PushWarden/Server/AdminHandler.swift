@@ -3,7 +3,7 @@ import PWCore
 import Registration
 
 /// The admin listener (loopback by default): `/healthz`, `/readyz`, `/metrics`, and the
-/// server-to-server API (`ContactRoutes`, behind the admin token).
+/// server-to-server API (`ContactRoutes` and `DeadTokenRoutes`, behind the admin tokens).
 ///
 /// Every request runs in a task of its own (`AsyncHTTPHandler`), off the listener's loop, so a
 /// slow erasure (seconds of upstream calls) holds no thread and never delays `/healthz`.
@@ -12,10 +12,12 @@ struct AdminHandler: AsyncHTTPHandler {
     let store: any DedupeStore
     let contacts: ContactRoutes
     let fleet: FleetRoutes
+    let deadTokens: DeadTokenRoutes
 
     func decide(_ head: HTTPRequestHead) -> HeadDecision {
         if let decision = contacts.decide(head) { return decision }
         if let decision = fleet.decide(head) { return decision }
+        if let decision = deadTokens.decide(head) { return decision }
         switch head.path {
         case "/healthz", "/readyz", "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else {
@@ -30,7 +32,8 @@ struct AdminHandler: AsyncHTTPHandler {
     }
 
     func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
-        Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
+        if context is DeadTokenRoutes.Resolved { return deadTokens.payloadTooLarge(head) }
+        return Responses.error(ContractError(.payloadTooLarge, "admin routes take no body"), requestID: RequestID.from(head.headers))
     }
 
     func refuse(_ head: HTTPRequestHead, _ refusal: HTTPRefusal) -> HTTPResponse {
@@ -44,6 +47,9 @@ struct AdminHandler: AsyncHTTPHandler {
         }
         if let resolved = request.context as? FleetRoutes.Resolved {
             return await fleet.handle(resolved, requestID: requestID)
+        }
+        if let resolved = request.context as? DeadTokenRoutes.Resolved {
+            return await deadTokens.handle(resolved, body: request.body, requestID: requestID)
         }
         switch request.head.path {
         case "/healthz":

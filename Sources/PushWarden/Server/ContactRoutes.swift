@@ -55,8 +55,11 @@ final class ContactRoutes: Sendable {
         receipts.withLock { $0 = trail }
     }
 
-    /// The tokens in force (the fleet routes take the same).
+    /// The tokens in force, which the dead-token routes share.
     var tokensInForce: AdminTokens { tokens.withLock { $0 } }
+
+    /// The evidence trail in force, which the dead-token routes append to as well.
+    var receiptsInForce: AuditTrail? { receipts.withLock { $0 } }
 
     /// Puts `tokens` in force for requests whose head arrives from now on.
     func replaceTokens(_ tokens: AdminTokens) {

@@ -215,6 +215,10 @@ public final class Sidecar: Sendable {
         let census = Census(inventory: inventory, apps: table, metrics: metrics, logger: logger.with(label: "inventory"))
         self.census = census
         let fleet = FleetRoutes(contacts: contactRoutes, census: census, apps: table, metrics: metrics, logger: logger)
+        let deadTokenStore: any DeadTokenStore = (chosenStore as? RedisStore).map { RedisDeadTokenStore(store: $0) }
+            ?? MemoryDeadTokenStore(inventory: inventoryStore as? MemoryInventoryStore)
+        let deadTokenRoutes = DeadTokenRoutes(contacts: contactRoutes, deadTokens: DeadTokens(registrar: registrar, store: deadTokenStore),
+                                              apps: table, metrics: metrics, logger: logger, digests: digests)
         let sharedMetrics = parts.builder.metrics
         let outboxLogger = logger.with(label: "outbox")
         let threads = parts.loopCount
@@ -236,7 +240,8 @@ public final class Sidecar: Sendable {
                 configuration: HTTPServerConfiguration(host: configuration.admin.host, port: configuration.admin.port, threads: 1,
                                                        perAddressConnectionLimit: configuration.connectionsPerAddress,
                                                        headTimeoutSeconds: configuration.headTimeoutSeconds, name: "pw-admin"),
-                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes, fleet: fleet))
+                handler: AdminHandler(metrics: metrics, store: chosenStore, contacts: contactRoutes, fleet: fleet,
+                                      deadTokens: deadTokenRoutes))
         } catch {
             builder.shutdown()
             throw ConfigurationError("cannot listen on \(configuration.admin) (admin): \(error.message)")

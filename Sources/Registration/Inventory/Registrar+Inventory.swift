@@ -89,7 +89,7 @@ extension Registrar {
 
     /// Why an installation leaves the inventory without its device asking: the metric's `reason`.
     enum Removal: String, Sendable {
-        case evicted, expired, erased
+        case evicted, expired, erased, dead
     }
 
     /// Evicts the `count` least recently seen installations of the origin's contact other than

@@ -49,6 +49,7 @@ public final class Metrics: Sendable {
         var policySerial: Int?
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
+        var deadTokens: [[String]: UInt64] = [:]          // app, result
         var storeWrites: [[String]: UInt64] = [:]         // kind, result
         var inventoryInstallations: [[String]: UInt64] = [:]  // app, upstream
         var inventoryTotals: [[String]: UInt64] = [:]     // app
@@ -185,6 +186,12 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// One dead-token report judged: `result` is `removed`, `stale`, `unknown`, `quarantined`,
+    /// `failed` (an upstream could not take the removal) or `refused` (the report itself).
+    public func deadToken(app: String, result: String) {
+        state.withLock { $0.deadTokens[[app, result], default: 0] += 1 }
+    }
+
     /// A store write made after an upstream took the change: `result` is `deferred` (it failed and
     /// waits to be retried), `stored` (a retry went through) or `dropped` (given up).
     public func storeWrite(kind: String, result: String) {
@@ -230,7 +237,7 @@ public final class Metrics: Sendable {
         let expired = snapshot.inventoryRemovals.filter { $0.key[1] == "expired" }
         family("pushwarden_inventory_expired_total", "Installations unregistered and forgotten after inventory.expire_after.", "counter",
                ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
-        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased).",
+        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased, dead).",
                "counter", ["app", "reason"], snapshot.inventoryRemovals)
         if !snapshot.inventoryTotals.isEmpty {
             family("pushwarden_inventory_installations", "Installations each upstream holds, by app (counted at most once a minute).", "gauge",
@@ -240,6 +247,9 @@ public final class Metrics: Sendable {
             family("pushwarden_inventory_contacts", "Contacts with at least one installation, by app (counted at most once a minute).", "gauge",
                    ["app"], snapshot.inventoryContacts)
         }
+        family("pushwarden_dead_tokens_total",
+               "Dead-token reports by app and result (removed, stale, unknown, quarantined, failed, refused).", "counter",
+               ["app", "result"], snapshot.deadTokens)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

@@ -91,6 +91,11 @@ package final class MemoryInventoryStore: InventoryStore {
         }
     }
 
+    /// How many installations the app's last-seen index holds (the dead-token guard's share).
+    package func seenCount(app: AppInventoryKeys) -> Int {
+        state.withLock { $0.seen[app.digest]?.count ?? 0 }
+    }
+
     package func releaseLease(_ key: String, owner: String) async throws(StoreError) {
         state.withLock { state in
             if state.leases[key]?.0 == owner { state.leases[key] = nil }
