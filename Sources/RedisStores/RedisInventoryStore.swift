@@ -66,11 +66,14 @@ package final class RedisInventoryStore: InventoryStore {
         let shard = write.app.shard(of: write.token)
         let recordKeys = [write.contact.inventory]
         let recordArguments = [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
-        let replies = await store.sendAll([
+        var commands = [
             ["SET", shard.holder(of: write.token), write.contact.digest, "GET"],
             ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
             ["ZADD", shard.seen, now, Self.seenMember(write.contact, write.token)],
-        ], on: loop)
+        ]
+        // The session index rides in the same batch: no round trip of its own.
+        if let session = write.session { commands.append(["SET", session.key, write.contact.digest, "PX", String(session.ttlMillis)]) }
+        let replies = await store.sendAll(commands, on: loop)
         let ownerReply = try replies[0].get()
         let recordReply: RedisReply
         switch replies[1] {
@@ -81,10 +84,15 @@ package final class RedisInventoryStore: InventoryStore {
         case .failure(let error): throw error
         }
         _ = try replies[2].get()
+        if replies.count > 3 { _ = try replies[3].get() }
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
               case .integer(let count) = counts[1] else { throw StoreError(.unexpectedReply, "unexpected inventory reply") }
         let previous = ownerReply.string.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
         return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
+    }
+
+    package func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.get(key, on: loop).flatMap { $0.utf8.count == 64 ? ContactKeys(digest: $0) : nil }
     }
 
     /// The shard's holder; for a token no write has touched since the shards came, the holder an

@@ -50,10 +50,12 @@ final class VerifiedSessions: Sendable {
         let contactID: String
         let subject: Subject
         let expiresAt: Double
+        let sessionID: String?
 
         init?(_ session: Session) {
             guard let expiresAt = session.expiresAt else { return nil }
             contactID = session.contactID
+            sessionID = session.sessionID
             switch session.subject {
             case nil: subject = .none
             case let value? where value == session.contactID: subject = .contactID
@@ -64,9 +66,9 @@ final class VerifiedSessions: Sendable {
 
         var session: Session {
             switch subject {
-            case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt)
-            case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt)
-            case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt)
+            case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt, sessionID: sessionID)
+            case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt, sessionID: sessionID)
+            case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt, sessionID: sessionID)
             }
         }
     }

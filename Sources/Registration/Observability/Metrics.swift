@@ -50,6 +50,7 @@ public final class Metrics: Sendable {
         var rateLimitFallbacks: [[String]: UInt64] = [:]  // app
         var inventoryRemovals: [[String]: UInt64] = [:]   // app, reason
         var storeWrites: [[String]: UInt64] = [:]         // kind, result
+        var backchannelLogouts: [[String]: UInt64] = [:]  // app, result
     }
 
     private let state = Mutex(State())
@@ -151,7 +152,7 @@ public final class Metrics: Sendable {
     }
 
     /// An installation left a contact's inventory, unregistered upstream: `reason` is `expired`,
-    /// `evicted` (over `client.max_installations`) or `erased`.
+    /// `evicted` (over `client.max_installations`), `erased` or `logged_out`.
     public func inventoryRemoved(app: String, reason: String) {
         state.withLock { $0.inventoryRemovals[[app, reason], default: 0] += 1 }
     }
@@ -167,6 +168,12 @@ public final class Metrics: Sendable {
     /// waits to be retried), `stored` (a retry went through) or `dropped` (given up).
     public func storeWrite(kind: String, result: String) {
         state.withLock { $0.storeWrites[[kind, result], default: 0] += 1 }
+    }
+
+    /// A back-channel logout request: `result` is `logged_out`, `invalid`, `replayed`,
+    /// `not_enabled` or `unavailable`.
+    public func backchannelLogout(app: String, result: String) {
+        state.withLock { $0.backchannelLogouts[[app, result], default: 0] += 1 }
     }
 
     /// The Prometheus text exposition format, version 0.0.4.
@@ -208,8 +215,11 @@ public final class Metrics: Sendable {
         let expired = snapshot.inventoryRemovals.filter { $0.key[1] == "expired" }
         family("pushwarden_inventory_expired_total", "Installations unregistered and forgotten after inventory.expire_after.", "counter",
                ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
-        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased).",
+        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased, logged_out).",
                "counter", ["app", "reason"], snapshot.inventoryRemovals)
+        family("pushwarden_backchannel_logouts_total",
+               "Back-channel logout requests from identity providers by app and result (logged_out, invalid, replayed, not_enabled, unavailable).",
+               "counter", ["app", "result"], snapshot.backchannelLogouts)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

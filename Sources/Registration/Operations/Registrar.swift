@@ -49,18 +49,22 @@ package final class Registrar: Sendable {
         /// Named here, never read from the thread, so a task that happens to run on some loop
         /// does not take its connections.
         let loop: EventLoop?
+        /// The session at the identity provider that the request came with (`backchannel_logout`),
+        /// kept with the installations it registers.
+        let sessionID: String?
 
-        package init(app: AppRuntime, context: CallContext, requestID: String, loop: EventLoop?) {
+        package init(app: AppRuntime, context: CallContext, requestID: String, loop: EventLoop?, sessionID: String? = nil) {
             self.app = app
             self.context = context
             self.requestID = requestID
             self.loop = loop
+            self.sessionID = sessionID
         }
 
         var appID: String { app.policy.id }
 
         /// The same origin for work that leaves the request's loop (a task of its own): the pools.
-        var offLoop: Origin { Origin(app: app, context: context, requestID: requestID, loop: nil) }
+        var offLoop: Origin { Origin(app: app, context: context, requestID: requestID, loop: nil, sessionID: sessionID) }
     }
 
     // MARK: Register
@@ -77,7 +81,7 @@ package final class Registrar: Sendable {
             if caller.policy.role == .primary, case .refused(.refusedBeforeCall(let error)) = step { throw error }
             steps.append((caller, step))
         }
-        return RegisterPlan(steps: steps, expireAfterMillis: origin.app.policy.inventory.expireAfterMillis)
+        return RegisterPlan(steps: steps, expireAfterMillis: origin.app.policy.inventory.expireAfterMillis, sessionID: origin.sessionID)
     }
 
     private func step(_ installation: Installation, at caller: UpstreamCaller, origin: Origin) -> RegisterPlan.Step {

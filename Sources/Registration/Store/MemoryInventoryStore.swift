@@ -14,6 +14,8 @@ package final class MemoryInventoryStore: InventoryStore {
         var seen: [String: [String: Int64]] = [:]
         /// Lease key → (owner, expiry in monotonic nanoseconds).
         var leases: [String: (String, UInt64)] = [:]
+        /// Session index key → (contact digest, expiry in ms since the epoch).
+        var sessions: [String: (String, Int64)] = [:]
     }
 
     private let state = Mutex(State())
@@ -32,8 +34,19 @@ package final class MemoryInventoryStore: InventoryStore {
                 firstSeen: existing?.firstSeenMillis ?? write.nowMillis, lastSeen: write.nowMillis)
             state.inventories[write.contact.digest] = records
             state.seen[write.app.digest, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
+            if let session = write.session {
+                if state.sessions.count >= 100_000 { state.sessions = state.sessions.filter { $0.value.1 > write.nowMillis } }
+                state.sessions[session.key] = (write.contact.digest, write.nowMillis + Int64(session.ttlMillis))
+            }
             let moved = previous.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
             return InventoryWriteResult(previousOwner: moved, isNew: existing == nil, count: records.count)
+        }
+    }
+
+    package func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        state.withLock { state in
+            guard let (digest, expiry) = state.sessions[key], expiry > nowMillis else { return nil }
+            return ContactKeys(digest: digest)
         }
     }
 
