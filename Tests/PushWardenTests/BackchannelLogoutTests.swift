@@ -323,4 +323,40 @@ import Testing
         await h.stop()
         await voyado.stop()
     }
+
+    /// With `audit.signing_key`, each logout appends a signed receipt to the app's evidence trail,
+    /// naming the contact by its digest only, which `audit verify` finds intact.
+    @Test func aLogoutAppendsAReceiptToTheEvidenceTrail() async throws {
+        let key = try Ed25519PrivateKey.generate()
+        let voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await Self.harness(voyado, topLevel: "audit: {signing_key: {env: TEST_AUDIT_KEY}}",
+                                       secrets: [.env("TEST_AUDIT_KEY"): String(decoding: try key.pem(), as: UTF8.self)])
+        let contact = "kim-" + UUID().uuidString
+        #expect(try await Self.register(h, InventoryTests.apns(), contact: contact, sid: "s1").status == 202)
+        let reply = try await Self.logOut(h, try Self.logoutToken(sub: contact, sid: "s1"))
+        Self.expectLoggedOut(reply)
+
+        let redis = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { redis.close() }
+        guard case .array(let entries) = try await redis.send(["XRANGE", AuditTrail.Keys(app: h.app).receipts, "-", "+"]) else {
+            Issue.record("no receipts stream")
+            return
+        }
+        #expect(entries.count == 1)
+        guard case .array(let entry)? = entries.first, entry.count == 2, case .array(let fields) = entry[1] else {
+            Issue.record("unexpected entry \(entries)")
+            return
+        }
+        let body = try #require(fields.count >= 2 ? fields[1].string : nil)
+        let receipt = try #require(AuditReceipt(body: body))
+        #expect(body.contains(#""kind":"backchannel_logout""#), "\(body)")
+        #expect(receipt.installations == 1)
+        #expect(receipt.contact == ContactKeys(app: h.app, contactID: contact).digest)
+        #expect(receipt.requestID == reply.headers["X-Request-Id"])
+        #expect(!body.contains(contact))
+        let run = try AuditTrailTests.verify(h, key: key)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        await h.stop()
+        await voyado.stop()
+    }
 }

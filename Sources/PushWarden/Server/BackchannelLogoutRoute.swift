@@ -4,6 +4,8 @@ import PWCore
 import PWCrypto
 import PWPolicy
 import Providers
+import Synchronization
+import RedisStores
 import Registration
 import SessionAuth
 
@@ -32,7 +34,7 @@ extension ClientAPIHandler {
         case .failure(let failure):
             logger.bounded(.info, "back-channel logout refused", key: appID + "\u{0}logout\u{0}" + failure.kind,
                            [("app", appID), ("request_id", requestID), ("reason", failure.reason)])
-            responder.respond(refusedLogout(app: appID, result: "invalid"))
+            responder.respond(refusedLogout(app: appID, result: "invalid", requestID: requestID))
             return
         }
         Task(executorPreference: loop) { [self] in
@@ -52,14 +54,16 @@ extension ClientAPIHandler {
             case .replayed:
                 logger.bounded(.info, "back-channel logout refused", key: appID + "\u{0}logout\u{0}replayed",
                                [("app", appID), ("request_id", requestID), ("reason", "jti used before")])
-                responder.respond(refusedLogout(app: appID, result: "replayed"))
-            case .loggedOut(let report):
+                responder.respond(refusedLogout(app: appID, result: "replayed", requestID: requestID))
+            case .loggedOut(let report, let contact):
                 metrics.backchannelLogout(app: appID, result: "logged_out")
+                let receipt = await logoutReceipt(report, contact: contact, app: appID, requestID: requestID)
                 logger.info("back-channel logout", [
                     ("app", appID), ("request_id", requestID),
-                    ("contact", token.contactID.map(Redact.contact) ?? "-"),
+                    ("contact", token.contactID.map(Redact.contact) ?? contact.map { "ct:" + $0.digest.prefix(8) } ?? "-"),
                     ("session", token.sessionID.map { "sid:" + Redact.shortHash($0) } ?? "-"),
                     ("installations", String(report.installations)), ("upstreams", ContactRoutes.auditOutcomes(report.upstreams)),
+                    ("receipt", receipt.map { String($0.receipt.seq) } ?? "-"),
                 ])
                 var headers = HTTPHeaders()
                 headers.add("Cache-Control", "no-store")
@@ -70,13 +74,34 @@ extension ClientAPIHandler {
         }
     }
 
+    /// The logout's receipt on the app's evidence trail, when the policy keeps one and the logout
+    /// found its contact. The logout has happened whatever this says: a failed append is logged.
+    private func logoutReceipt(_ report: ErasureReport, contact: ContactKeys?, app: String, requestID: String) async -> AuditTrail.Appended? {
+        guard let contact, let trail = receipts.withLock({ $0 }) else { return nil }
+        let outcomes = report.upstreams.map { name, outcome -> (String, String) in
+            if case .failed(let failure) = outcome { return (name, "failed:" + failure.code.rawValue) }
+            return (name, outcome.name)
+        }
+        do {
+            return try await trail.append(kind: "backchannel_logout", app: app, contact: contact, requestID: requestID,
+                                          installations: report.installations, upstreams: outcomes)
+        } catch {
+            logger.error("back-channel logout receipt not appended to the evidence trail", [
+                ("app", app), ("contact", "ct:" + contact.digest.prefix(8)), ("request_id", requestID),
+                ("installations", String(report.installations)), ("error", error.detail),
+            ])
+            return nil
+        }
+    }
+
     /// The specification's refusal: `400` `{"error":"invalid_request"}`, never cached.
-    private func refusedLogout(app: String, result: String) -> HTTPResponse {
+    private func refusedLogout(app: String, result: String, requestID: String) -> HTTPResponse {
         metrics.backchannelLogout(app: app, result: result)
         metrics.request(app: app, route: Route.backchannelLogout.rawValue, status: 400)
         var headers = HTTPHeaders()
         headers.add("Content-Type", "application/json")
         headers.add("Cache-Control", "no-store")
+        headers.add("X-Request-Id", requestID)
         return HTTPResponse(status: 400, headers: headers, body: Array(#"{"error":"invalid_request"}"#.utf8))
     }
 

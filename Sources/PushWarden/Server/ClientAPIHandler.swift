@@ -6,6 +6,7 @@ import PWCore
 import PWCrypto
 import PWPolicy
 import Providers
+import RedisStores
 import Registration
 import SessionAuth
 import Synchronization
@@ -30,6 +31,8 @@ public final class ClientAPIHandler: HTTPHandler {
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
+    /// The evidence trail back-channel logouts append to (policy `audit`), replaced by a reload.
+    let receipts = Mutex<AuditTrail?>(nil)
 
     init(apps: AppTable, registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
         self.apps = apps

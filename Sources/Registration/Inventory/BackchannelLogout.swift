@@ -5,8 +5,9 @@ import SessionAuth
 
 /// What a back-channel logout did, or why it did nothing.
 package enum LogoutOutcome: Sendable {
-    /// The logout ran: the installations it found (perhaps none) were removed as `report` says.
-    case loggedOut(ErasureReport)
+    /// The logout ran: the installations it found (perhaps none) were removed as `report` says;
+    /// `contact` is whose they were, when the token named a contact or its session was found.
+    case loggedOut(ErasureReport, contact: ContactKeys?)
     /// The token's `jti` was used before (on any replica sharing the store): nothing was done.
     case replayed
 }
@@ -44,7 +45,8 @@ extension Registrar {
             throw storeUnavailable(error, app: appID)
         }
         do throws(ContractError) {
-            return .loggedOut(try await removeLoggedOut(token, scope: scope, in: app, requestID: requestID))
+            let (report, contact) = try await removeLoggedOut(token, scope: scope, in: app, requestID: requestID)
+            return .loggedOut(report, contact: contact)
         } catch {
             try? await inventory.store.releaseLease(jtiKey, owner: owner)
             throw error
@@ -52,33 +54,35 @@ extension Registrar {
     }
 
     private func removeLoggedOut(_ token: LogoutToken, scope: BackchannelLogoutPolicy.Scope, in app: AppRuntime,
-                                 requestID: String) async throws(ContractError) -> ErasureReport {
+                                 requestID: String) async throws(ContractError) -> (ErasureReport, ContactKeys?) {
         let appID = app.policy.id
         let nothing = ErasureReport(installations: 0, upstreams: app.upstreams.map { ($0.adapter.name, UpstreamOutcome.skipped) })
         // Only the session's installations when the token names one and the policy asks for no more.
         let sessionID = scope == .session ? token.sessionID : nil
         let selected: @Sendable (Inventory.Kept) -> Bool = { kept in sessionID.map { kept.sessionID == $0 } ?? true }
         if let contactID = token.contactID {
-            return try await removeInstallations(of: contactID, under: inventory.contactKeys(contactID, app: appID), in: app,
-                                                 requestID: requestID, reason: .loggedOut, selected: selected)
+            let report = try await removeInstallations(of: contactID, under: inventory.contactKeys(contactID, app: appID), in: app,
+                                                       requestID: requestID, reason: .loggedOut, selected: selected)
+            return (report, digests.contact(contactID, app: appID))
         }
         // Only `sid` (or a `sub` that is not the contact claim): the contact that registered under it.
-        guard let sid = token.sessionID else { return nothing }
+        guard let sid = token.sessionID else { return (nothing, nil) }
         let contact: ContactKeys
         let contactID: String
         do {
-            guard let holder = try await inventory.sessionHolder(sid, app: appID, on: nil) else { return nothing }
+            guard let holder = try await inventory.sessionHolder(sid, app: appID, on: nil) else { return (nothing, nil) }
             let kept = try await inventory.all(of: holder, app: appID, on: nil)
             guard let named = kept.first(where: { $0.sessionID == sid })?.contactID ?? kept.first(where: { $0.contactID != nil })?.contactID else {
-                return nothing
+                return (nothing, holder)
             }
             contact = holder
             contactID = named
         } catch {
             throw storeUnavailable(error, app: appID)
         }
-        return try await removeInstallations(of: contactID, under: [contact], in: app, requestID: requestID, reason: .loggedOut,
-                                             selected: selected)
+        let report = try await removeInstallations(of: contactID, under: [contact], in: app, requestID: requestID, reason: .loggedOut,
+                                                   selected: selected)
+        return (report, contact)
     }
 
     private func storeUnavailable(_ error: StoreError, app: String) -> ContractError {
