@@ -45,30 +45,42 @@ final class VerifiedSessions: Sendable {
             case contactID
             case none
             case other(String)
+            /// With a session id (`backchannel_logout`): boxed, so an entry without one stays small.
+            case withSession(WithSession)
+        }
+
+        final class WithSession: Sendable {
+            let subject: String?
+            let sessionID: String
+
+            init(subject: String?, sessionID: String) {
+                self.subject = subject
+                self.sessionID = sessionID
+            }
         }
 
         let contactID: String
         let subject: Subject
         let expiresAt: Double
-        let sessionID: String?
 
         init?(_ session: Session) {
             guard let expiresAt = session.expiresAt else { return nil }
             contactID = session.contactID
-            sessionID = session.sessionID
-            switch session.subject {
-            case nil: subject = .none
-            case let value? where value == session.contactID: subject = .contactID
-            case let value?: subject = .other(value)
+            switch (session.subject, session.sessionID) {
+            case (let value, let sessionID?): subject = .withSession(WithSession(subject: value, sessionID: sessionID))
+            case (nil, nil): subject = .none
+            case (let value?, nil) where value == session.contactID: subject = .contactID
+            case (let value?, nil): subject = .other(value)
             }
             self.expiresAt = expiresAt
         }
 
         var session: Session {
             switch subject {
-            case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt, sessionID: sessionID)
-            case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt, sessionID: sessionID)
-            case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt, sessionID: sessionID)
+            case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt)
+            case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt)
+            case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt)
+            case .withSession(let box): return Session(contactID: contactID, subject: box.subject, expiresAt: expiresAt, sessionID: box.sessionID)
             }
         }
     }
