@@ -272,11 +272,12 @@ import Testing
         let contact = "ivy-" + UUID().uuidString
         let first = InventoryTests.apns(), second = InventoryTests.apns()
         #expect(try await Self.register(h, first, contact: contact, sid: "s1").status == 202)
-        let token = try Self.logoutToken(sub: contact, sid: "s1")
+        // Everywhere: a replay would remove whatever the contact registered since.
+        let token = try Self.logoutToken(sub: contact, sid: nil)
         Self.expectLoggedOut(try await Self.logOut(h, token))
         #expect(Self.unregistered(voyado) == [first])
-        // The person signs in again in a session the provider happens to name alike.
-        #expect(try await Self.register(h, second, contact: contact, sid: "s1").status == 202)
+        // The person signs in again.
+        #expect(try await Self.register(h, second, contact: contact, sid: "s2").status == 202)
         for sidecar in [h, replica] {
             let reply = try await Self.logOut(sidecar, token)
             #expect(reply.status == 400)
@@ -356,6 +357,34 @@ import Testing
         #expect(!body.contains(contact))
         let run = try AuditTrailTests.verify(h, key: key)
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        await h.stop()
+        await voyado.stop()
+    }
+
+    /// The stolen phone's app still holds its session token and registers on every launch: once
+    /// the identity provider logged that session out, its registrations are refused (`401`) on
+    /// every replica; the person's new session registers as before.
+    @Test func aLoggedOutSessionCannotRegisterAgain() async throws {
+        let voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await Self.harness(voyado)
+        let replica = try await Self.harness(voyado, sameApp: h.app)
+        let contact = "lee-" + UUID().uuidString
+        let stolen = InventoryTests.apns(), laptop = InventoryTests.apns()
+        #expect(try await Self.register(h, stolen, contact: contact, sid: "phone").status == 202)
+        #expect(try await Self.register(h, laptop, contact: contact, sid: "laptop").status == 202)
+        Self.expectLoggedOut(try await Self.logOut(h, try Self.logoutToken(sub: contact, sid: "phone")))
+        for sidecar in [h, replica] {
+            let again = try await Self.register(sidecar, stolen, contact: contact, sid: "phone")
+            #expect(again.status == 401)
+            #expect(again.errorCode == "unauthorized")
+        }
+        #expect(try await Self.listed(h, contact) == [Redact.token(laptop)])
+        #expect(try await Self.register(h, stolen, contact: contact, sid: "phone-new").outcome("voyado") == "forwarded")
+        // A logout of every session (only `sub`) ends each session whose device it removed.
+        Self.expectLoggedOut(try await Self.logOut(h, try Self.logoutToken(sub: contact, sid: nil)))
+        #expect(try await Self.register(replica, laptop, contact: contact, sid: "laptop").status == 401)
+        #expect(try await Self.listed(h, contact).isEmpty)
+        await replica.stop()
         await h.stop()
         await voyado.stop()
     }

@@ -2,6 +2,15 @@ import PWCore
 import PWPolicy
 import Providers
 import SessionAuth
+import Synchronization
+
+/// The session ids of the installations a logout removes, collected as they are picked.
+private final class EndedSessions: Sendable {
+    private let sessions = Mutex<Set<String>>([])
+
+    func insert(_ sid: String) { sessions.withLock { _ = $0.insert(sid) } }
+    var all: Set<String> { sessions.withLock { $0 } }
+}
 
 /// What a back-channel logout did, or why it did nothing.
 package enum LogoutOutcome: Sendable {
@@ -57,12 +66,27 @@ extension Registrar {
                                  requestID: String) async throws(ContractError) -> (ErasureReport, ContactKeys?) {
         let appID = app.policy.id
         let nothing = ErasureReport(installations: 0, upstreams: app.upstreams.map { ($0.adapter.name, UpstreamOutcome.skipped) })
+        // The session ends here before anything is removed, so a registration under it cannot slip back in.
+        if let sid = token.sessionID { try await markLoggedOut([sid], app: app) }
         // Only the session's installations when the token names one and the policy asks for no more.
         let sessionID = scope == .session ? token.sessionID : nil
-        let selected: @Sendable (Inventory.Kept) -> Bool = { kept in sessionID.map { kept.sessionID == $0 } ?? true }
+        let ended = EndedSessions()
+        let selected: @Sendable (Inventory.Kept) -> Bool = { kept in
+            guard sessionID.map({ kept.sessionID == $0 }) ?? true else { return false }
+            if let sid = kept.sessionID { ended.insert(sid) }
+            return true
+        }
+        // Every other session whose devices went (a token with only `sub`, `scope: contact`) ends too;
+        // the devices are gone already, so a failure here is logged, not answered.
+        let endOthers = { [self] () async in
+            let others = ended.all.subtracting(token.sessionID.map { [$0] } ?? [])
+            guard !others.isEmpty else { return }
+            do throws(ContractError) { try await markLoggedOut(others, app: app) } catch {}
+        }
         if let contactID = token.contactID {
             let report = try await removeInstallations(of: contactID, under: inventory.contactKeys(contactID, app: appID), in: app,
                                                        requestID: requestID, reason: .loggedOut, selected: selected)
+            await endOthers()
             return (report, digests.contact(contactID, app: appID))
         }
         // Only `sid` (or a `sub` that is not the contact claim): the contact that registered under it.
@@ -82,7 +106,21 @@ extension Registrar {
         }
         let report = try await removeInstallations(of: contactID, under: [contact], in: app, requestID: requestID, reason: .loggedOut,
                                                    selected: selected)
+        await endOthers()
         return (report, contact)
+    }
+
+    /// Marks sessions logged out: a registration under one is refused from now on, on every
+    /// replica, for as long as the session index would name it.
+    private func markLoggedOut(_ sessions: Set<String>, app: AppRuntime) async throws(ContractError) {
+        let seconds = Self.sessionIndexMillis(app.policy) / 1000
+        for sid in sessions {
+            do {
+                try await deduper.store.set(digests.loggedOutSession(sid, app: app.policy.id), "1", ttlSeconds: seconds, on: nil)
+            } catch {
+                throw storeUnavailable(error, app: app.policy.id)
+            }
+        }
     }
 
     private func storeUnavailable(_ error: StoreError, app: String) -> ContractError {
