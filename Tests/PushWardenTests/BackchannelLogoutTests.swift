@@ -40,11 +40,11 @@ import Testing
     }
 
     static func harness(_ voyado: MockVoyado, _ pn: MockPushNotice? = nil, scope: String = "session", topLevel: String = "",
-                        sameApp: String? = nil, secrets extra: [SecretRef: String] = [:]) async throws -> SidecarHarness {
+                        sameApp: String? = nil, secrets extra: [SecretRef: String] = [:], memoryStore: Bool = false) async throws -> SidecarHarness {
         var upstreams = InventoryTests.voyado(voyado)
         if let pn { upstreams += "\n" + PushNoticeTests.upstream(pn, role: "shadow") }
-        return try await SidecarHarness(upstreams: upstreams, secrets: InventoryTests.secrets.merging(extra) { $1 }, sameApp: sameApp,
-                                        topLevel: topLevel, sessionYAML: session(scope: scope))
+        return try await SidecarHarness(upstreams: upstreams, secrets: InventoryTests.secrets.merging(extra) { $1 }, memoryStore: memoryStore,
+                                        sameApp: sameApp, topLevel: topLevel, sessionYAML: session(scope: scope))
     }
 
     /// A session of `contact` at the identity provider, in its session `sid`.
@@ -103,9 +103,9 @@ import Testing
 
     // MARK: What a logout removes
 
-    @Test func oneSessionsLogoutLeavesTheContactsOtherSessionRegistered() async throws {
+    @Test(arguments: [false, true]) func oneSessionsLogoutLeavesTheContactsOtherSessionRegistered(memoryStore: Bool) async throws {
         let voyado = try MockVoyado(apiKey: "voyado-key")
-        let h = try await Self.harness(voyado)
+        let h = try await Self.harness(voyado, memoryStore: memoryStore)
         let contact = "alice-" + UUID().uuidString
         let phone = InventoryTests.apns(), tablet = InventoryTests.apns()
         #expect(try await Self.register(h, phone, contact: contact, sid: "sid-phone").status == 202)
@@ -124,9 +124,9 @@ import Testing
     }
 
     /// A token with only `sid` finds its contact through the session index.
-    @Test func aSidOnlyLogoutFindsItsSession() async throws {
+    @Test(arguments: [false, true]) func aSidOnlyLogoutFindsItsSession(memoryStore: Bool) async throws {
         let voyado = try MockVoyado(apiKey: "voyado-key")
-        let h = try await Self.harness(voyado)
+        let h = try await Self.harness(voyado, memoryStore: memoryStore)
         let contact = "bob-" + UUID().uuidString, sid = "sid-" + UUID().uuidString
         let phone = InventoryTests.apns(), tablet = InventoryTests.apns()
         #expect(try await Self.register(h, phone, contact: contact, sid: sid).status == 202)
@@ -228,6 +228,19 @@ import Testing
         ("no jti", { $0["jti"] = nil }),
         ("neither sid nor sub", { $0["sid"] = nil; $0["sub"] = nil }),
     ]
+
+    @Test func onTheMemoryStoreAReplayIsRefusedAndALoggedOutSessionCannotRegister() async throws {
+        let voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await Self.harness(voyado, memoryStore: true)
+        let contact = "mia-" + UUID().uuidString
+        #expect(try await Self.register(h, InventoryTests.apns(), contact: contact, sid: "s1").status == 202)
+        let token = try Self.logoutToken(sub: contact, sid: "s1")
+        Self.expectLoggedOut(try await Self.logOut(h, token))
+        #expect(try await Self.logOut(h, token).status == 400)
+        #expect(try await Self.register(h, InventoryTests.apns(), contact: contact, sid: "s1").status == 401)
+        await h.stop()
+        await voyado.stop()
+    }
 
     @Test func refusedTokensAre400AndRemoveNothing() async throws {
         let voyado = try MockVoyado(apiKey: "voyado-key")
