@@ -121,6 +121,7 @@ extension PolicyReader {
         var logout: BackchannelLogoutPolicy?
         if let node = fields["backchannel_logout"] {
             logout = backchannelLogout(node, fields.at("backchannel_logout"))
+            checker.locate(node.mark, fields.at("backchannel_logout"))
             if logout == nil { ok = false }
             // A logout token is judged by the session's iss and aud: without them any token the
             // keys sign (another client's, say) would end sessions here.

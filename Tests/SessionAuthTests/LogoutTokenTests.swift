@@ -109,4 +109,34 @@ import Testing
         let without = try verifier(jwtPolicy([.hs256], keys: .hmacSecret(hmacRef)))
         #expect(try without.verify(token: Self.token(payload(["sid": "\"s-1\""]), typ: "JWT")).get().sessionID == nil)
     }
+
+    /// `policy check` warns when the contact claim is not `sub`: logout tokens name people by `sub`.
+    @Test func policyCheckWarnsWhenTheContactIsNotSub() throws {
+        func warnings(_ claim: String) throws -> [String] {
+            let yaml = """
+            version: 1
+            apps:
+              demo:
+                session:
+                  type: jwt
+                  algorithms: [HS256]
+                  hmac_secret: {env: DEMO_SECRET}
+                  issuer: https://idp.example.com
+                  audience: demo
+                  contact_claim: \(claim)
+                  backchannel_logout: {scope: session}
+                client:
+                  platforms: [ios]
+                upstreams:
+                  - name: up
+                    provider: dry_run
+
+            """
+            return SessionPolicyCheck.diagnostics(for: try PolicyLoader.load(text: yaml, path: "p.yaml").get()).map(\.description)
+        }
+        #expect(try warnings("sub").isEmpty)
+        #expect(try warnings("contact_id") == [
+            "p.yaml:11:27: apps.demo.session.backchannel_logout: warning: contact_claim is 'contact_id', not sub: a logout token names the contact only when it carries that claim; one with only sub removes nothing, one with sid finds its session",
+        ])
+    }
 }
