@@ -316,6 +316,11 @@ import Testing
         let json = try await h.post("/backchannel-logout", "{}")
         #expect(json.status == 415)
         #expect(try await h.post("/backchannel-logout", "", method: "GET").status == 405)
+        let large = try await h.client.execute(HTTPClientRequest(
+            method: "POST", url: "http://127.0.0.1:\(h.sidecar.port)/v1/apps/\(h.app)/backchannel-logout",
+            headers: ["Content-Type": "application/x-www-form-urlencoded"],
+            body: Array(("logout_token=" + String(repeating: "a", count: 26 * 1024)).utf8), timeoutMillis: 10_000))
+        #expect(large.status == 413)
         #expect(voyado.received.isEmpty)
         await h.stop()
         await voyado.stop()

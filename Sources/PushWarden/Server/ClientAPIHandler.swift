@@ -265,8 +265,9 @@ public final class ClientAPIHandler: HTTPHandler {
         /// A client's bodies are capped by the policy; an identity provider's logout by its own bound.
         var bodyLimit: Int { route == .backchannelLogout ? Self.logoutBodyLimit : app.policy.client.maxBody }
 
-        /// A form with one logout token of at most `SessionVerifier.maxTokenBytes`, percent-encoded.
-        static let logoutBodyLimit = 3 * SessionVerifier.maxTokenBytes + 64
+        /// 25 KiB: a form with one logout token of at most `SessionVerifier.maxTokenBytes`, even
+        /// percent-encoded whole.
+        static let logoutBodyLimit = 3 * SessionVerifier.maxTokenBytes + 1024
     }
 
     /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`,
