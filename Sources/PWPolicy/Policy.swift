@@ -255,11 +255,16 @@ public struct SessionPolicy: Sendable, Equatable {
     /// How many accepted sessions are kept, so that the very token sent again is not verified
     /// again before its `exp` (`verified_cache`; 0: every token is verified on every request).
     public var verifiedCache: Int
+    /// `backchannel_logout`: the identity provider may end sessions here (OpenID Connect
+    /// Back-Channel Logout 1.0); nil, and the logout route answers `501`.
+    public var backchannelLogout: BackchannelLogoutPolicy?
 
     public static let defaultVerifiedCache = 131_072
 
     public init(header: String?, cookie: String?, algorithms: [JWTAlgorithm], keys: Keys, issuer: String?,
-                audience: String?, contactClaim: String, leewaySeconds: Int, verifiedCache: Int = SessionPolicy.defaultVerifiedCache) {
+                audience: String?, contactClaim: String, leewaySeconds: Int, verifiedCache: Int = SessionPolicy.defaultVerifiedCache,
+                backchannelLogout: BackchannelLogoutPolicy? = nil) {
+        self.backchannelLogout = backchannelLogout
         self.header = header
         self.cookie = cookie
         self.algorithms = algorithms
@@ -269,6 +274,26 @@ public struct SessionPolicy: Sendable, Equatable {
         self.contactClaim = contactClaim
         self.leewaySeconds = leewaySeconds
         self.verifiedCache = verifiedCache
+    }
+}
+
+/// `session.backchannel_logout` (OpenID Connect Back-Channel Logout 1.0): which claim of the
+/// client's session names its session at the identity provider, and what a logout removes.
+public struct BackchannelLogoutPolicy: Sendable, Equatable {
+    public enum Scope: String, Sendable, CaseIterable {
+        /// The installations registered under the logged-out session only.
+        case session
+        /// Every installation of the logged-out person.
+        case contact
+    }
+
+    /// The session claim kept with each registration (`sid`, what logout tokens carry).
+    public var sidClaim: String
+    public var scope: Scope
+
+    public init(sidClaim: String = "sid", scope: Scope = .session) {
+        self.sidClaim = sidClaim
+        self.scope = scope
     }
 }
 

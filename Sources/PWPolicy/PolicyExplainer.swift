@@ -120,7 +120,9 @@ public enum PolicyExplainer {
 
         out.append("  Who may call:")
         switch app.session {
-        case .jwt(let session): out.append(contentsOf: explain(session))
+        case .jwt(let session):
+            out.append(contentsOf: explain(session))
+            if let logout = session.backchannelLogout { out.append(contentsOf: explain(logout, base: base)) }
         case .introspect(let introspection): out.append(contentsOf: explain(introspection))
         }
 
@@ -249,6 +251,20 @@ public enum PolicyExplainer {
             out.append("    - every token is verified on every request (verified_cache: 0)")
         }
         return out
+    }
+
+    /// What the identity provider may do through `backchannel_logout`, and what is trusted.
+    static func explain(_ logout: BackchannelLogoutPolicy, base: String) -> [String] {
+        let removes = logout.scope == .session
+            ? "every installation registered under that session (a token with only sub: every installation of that contact)"
+            : "every installation of that contact (scope: contact)"
+        return [
+            "    - back-channel logout (OpenID Connect): the identity provider may POST a logout token to \(base)/backchannel-logout on the client listener;",
+            "      it is verified with the same keys and algorithms as sessions, iss and aud as above, iat within the leeway, the back-channel logout event,",
+            "      sid or sub, no nonce, and a jti never seen before (shared across replicas); each registration keeps the session claim '\(logout.sidClaim)'"
+                + " (sealed with the token when store.encryption_key is set)",
+            "      a valid logout unregisters, at every upstream that holds it, \(removes), and forgets it",
+        ]
     }
 
     static func explain(_ introspection: IntrospectionPolicy) -> [String] {

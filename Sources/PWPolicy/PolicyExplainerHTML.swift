@@ -285,6 +285,13 @@ public enum PolicyExplainerHTML {
         lines.append(Box.Line(""))
         lines.append(Box.Line("injects:", "strong"))
         lines.append(Box.Line("  contact_id ← session claim '\(session.contactClaim)'"))
+        if let logout = session.backchannelLogout {
+            lines.append(Box.Line(""))
+            lines.append(Box.Line("back-channel logout:", "strong"))
+            lines.append(Box.Line("  keeps session claim '\(logout.sidClaim)' with each registration"))
+            lines.append(Box.Line("  logout tokens: these keys, iss, aud, event, sid or sub, no nonce, jti once"))
+            lines.append(Box.Line("  removes " + (logout.scope == .session ? "the session's installations" : "every installation of the contact")))
+        }
         return lines
     }
 

@@ -4,7 +4,7 @@ import YAMLKit
 /// `apps.<id>.session`: JWT keys and algorithms, or introspection, and the identity provider's URLs.
 extension PolicyReader {
     static let jwtSessionKeys = ["type", "header", "cookie", "algorithms", "jwks_file", "jwks_url", "jwks_refresh", "hmac_secret",
-                                 "issuer", "audience", "contact_claim", "leeway", "verified_cache"]
+                                 "issuer", "audience", "contact_claim", "leeway", "verified_cache", "backchannel_logout"]
     static let introspectSessionKeys = ["type", "url", "client_auth", "header", "cookie", "contact_field", "cache_ttl", "timeout"]
 
     func session(_ node: YAMLNode, _ path: String) -> AppSession? {
@@ -22,7 +22,14 @@ extension PolicyReader {
         guard let typeNode = fields.required("type"), let type = checker.choice(typeNode, fields.at("type"), ["jwt", "introspect"]) else {
             return nil
         }
-        if type == "introspect" { return introspection(fields, path).map(AppSession.introspect) }
+        if type == "introspect" {
+            if let logout = Self.rawValue(of: "backchannel_logout", in: node) {
+                // Besides the unknown key: why it cannot be had here.
+                checker.report(logout.mark, Checker.child(path, "backchannel_logout"),
+                               "backchannel_logout needs a jwt session: logout tokens are verified with the session's own keys, which an introspected session has none of")
+            }
+            return introspection(fields, path).map(AppSession.introspect)
+        }
         return jwtSession(fields, path).map(AppSession.jwt)
     }
 
@@ -111,9 +118,43 @@ extension PolicyReader {
         if let node = fields["verified_cache"] {
             verifiedCache = checker.int(node, fields.at("verified_cache"), in: 0...1_000_000)
         }
+        var logout: BackchannelLogoutPolicy?
+        if let node = fields["backchannel_logout"] {
+            logout = backchannelLogout(node, fields.at("backchannel_logout"))
+            checker.locate(node.mark, fields.at("backchannel_logout"))
+            if logout == nil { ok = false }
+            // A logout token is judged by the session's iss and aud: without them any token the
+            // keys sign (another client's, say) would end sessions here.
+            for key in ["issuer", "audience"] where fields[key] == nil {
+                checker.report(node.mark, fields.at("backchannel_logout"),
+                               "backchannel_logout needs session.\(key): a logout token is accepted only from the session's issuer, for its audience")
+                ok = false
+            }
+        }
         guard ok, let algorithms, let keysValue, let contactClaim, let leeway, let verifiedCache else { return nil }
         return SessionPolicy(header: header, cookie: cookie, algorithms: algorithms, keys: keysValue, issuer: issuer,
-                             audience: audience, contactClaim: contactClaim, leewaySeconds: leeway, verifiedCache: verifiedCache)
+                             audience: audience, contactClaim: contactClaim, leewaySeconds: leeway, verifiedCache: verifiedCache,
+                             backchannelLogout: logout)
+    }
+
+    /// `backchannel_logout: {sid_claim: sid, scope: session}`, both optional (those defaults).
+    func backchannelLogout(_ node: YAMLNode, _ path: String) -> BackchannelLogoutPolicy? {
+        let fields = Fields(checker, node, path, allowed: ["sid_claim", "scope"])
+        guard fields.isMapping else { return nil }
+        var result = BackchannelLogoutPolicy()
+        var ok = fields.isClean
+        if let claim = fields["sid_claim"] {
+            if let name = checker.string(claim, fields.at("sid_claim")) { result.sidClaim = name } else { ok = false }
+        }
+        if let scope = fields["scope"] {
+            if let text = checker.choice(scope, fields.at("scope"), BackchannelLogoutPolicy.Scope.allCases.map(\.rawValue)),
+               let value = BackchannelLogoutPolicy.Scope(rawValue: text) {
+                result.scope = value
+            } else {
+                ok = false
+            }
+        }
+        return ok ? result : nil
     }
 
     /// One of `hmac_secret` (HS256), `jwks_file` or `jwks_url` (RS256/ES256); `jwks_url` may name

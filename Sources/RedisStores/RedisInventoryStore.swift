@@ -70,11 +70,14 @@ package final class RedisInventoryStore: InventoryStore {
         let shardKeys = Self.shardKeys(shard, write.token)
         let shardArguments = [write.contact.digest, now, Self.seenMember(write.contact, write.token),
                               InventoryPosition(token: write.token, contact: write.contact).indexKey] + write.upstreams
-        let replies = await store.sendAll([
+        var commands = [
             ["EVALSHA", Self.shardWriteScript.sha1, "4"] + shardKeys + shardArguments,
             ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
             ["SADD", write.app.shard(of: write.contact).contacts, write.contact.digest],
-        ], on: loop)
+        ]
+        // The session index rides in the same batch: no round trip of its own.
+        if let session = write.session { commands.append(["SET", session.key, write.contact.digest, "PX", String(session.ttlMillis)]) }
+        let replies = await store.sendAll(commands, on: loop)
         // A Redis that has not seen a script (a restart, SCRIPT FLUSH) gets it whole, once.
         let ownerReply: RedisReply
         switch replies[0] {
@@ -91,10 +94,15 @@ package final class RedisInventoryStore: InventoryStore {
         case .failure(let error): throw error
         }
         _ = try replies[2].get()
+        if replies.count > 3 { _ = try replies[3].get() }
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
               case .integer(let count) = counts[1] else { throw StoreError(.unexpectedReply, "unexpected inventory reply") }
         let previous = ownerReply.string.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
         return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
+    }
+
+    package func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.get(key, on: loop).flatMap { $0.utf8.count == 64 ? ContactKeys(digest: $0) : nil }
     }
 
     /// The shard's holder; for a token no write has touched since the shards came, the holder an

@@ -12,7 +12,9 @@ struct CheckedHeader: Sendable {
 
     /// Decodes and checks one header segment: base64url, a JSON object, `alg` allowed (never
     /// `none`), `typ` JWT when present, no `crit`, `kid` a string when present.
-    static func check(_ text: Substring, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
+    /// A logout token (`logout: true`) may also be typed `logout+jwt` (OpenID Connect Back-Channel
+    /// Logout 1.0, section 2.4); a session token typed so is refused, so one never passes for the other.
+    static func check(_ text: Substring, allowed: Set<JWTAlgorithm>, logout: Bool = false) -> Result<CheckedHeader, AuthFailure> {
         func fail(_ reason: String) -> Result<CheckedHeader, AuthFailure> { .failure(AuthFailure(reason)) }
         guard let bytes = Base64URL.decode(text) else { return fail("header is not base64url") }
         guard let header = (try? JSONValue.parse(bytes))?.objectValue else { return fail("header is not a JSON object") }
@@ -24,7 +26,11 @@ struct CheckedHeader: Sendable {
             return .failure(AuthFailure("alg \(known ? algName : SessionVerifier.echo(algName)) not allowed", kind: "alg not allowed"))
         }
         if let typ = header["typ"] {
-            guard let text = typ.stringValue, HTTPHeaders.equalsIgnoringCase(text, "JWT") else { return fail("typ is not JWT") }
+            guard let text = typ.stringValue else { return fail("typ is not JWT") }
+            let logoutType = HTTPHeaders.equalsIgnoringCase(text, "logout+jwt") || HTTPHeaders.equalsIgnoringCase(text, "application/logout+jwt")
+            guard HTTPHeaders.equalsIgnoringCase(text, "JWT") || (logout && logoutType) else {
+                return fail(logout ? "typ is not logout+jwt or JWT" : "typ is not JWT")
+            }
         }
         if header["crit"] != nil { return fail("crit header not supported") }
         switch header["kid"] {
@@ -42,6 +48,9 @@ struct CheckedHeader: Sendable {
 final class HeaderCache: Sendable {
     private let entries = Mutex<[(text: String, header: CheckedHeader)]>([])
     private let capacity = 8
+    private let logout: Bool
+
+    init(logout: Bool = false) { self.logout = logout }
 
     func checked(_ text: UnsafeBufferPointer<UInt8>, allowed: Set<JWTAlgorithm>) -> Result<CheckedHeader, AuthFailure> {
         let hit = entries.withLock { list in
@@ -54,7 +63,7 @@ final class HeaderCache: Sendable {
         }
         if let hit { return .success(hit) }
         let string = String(decoding: text, as: UTF8.self)
-        let result = CheckedHeader.check(Substring(string), allowed: allowed)
+        let result = CheckedHeader.check(Substring(string), allowed: allowed, logout: logout)
         if case .success(let header) = result {
             entries.withLock { list in
                 if list.count >= capacity { list.removeFirst() }

@@ -8,11 +8,15 @@ public struct Session: Sendable, Equatable {
     public var subject: String?
     /// The token's `exp` (seconds since the Unix epoch).
     public var expiresAt: Double?
+    /// The session at the identity provider (the claim `backchannel_logout.sid_claim` names), kept
+    /// with each registration so a back-channel logout finds it; nil without that policy or claim.
+    public var sessionID: String?
 
-    public init(contactID: String, subject: String? = nil, expiresAt: Double? = nil) {
+    public init(contactID: String, subject: String? = nil, expiresAt: Double? = nil, sessionID: String? = nil) {
         self.contactID = contactID
         self.subject = subject
         self.expiresAt = expiresAt
+        self.sessionID = sessionID
     }
 }
 

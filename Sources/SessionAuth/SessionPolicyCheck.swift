@@ -13,6 +13,12 @@ public enum SessionPolicyCheck {
         for app in policy.apps {
             // An introspected session names no key file.
             guard let session = app.session.jwt else { continue }
+            if session.backchannelLogout != nil, session.contactClaim != "sub" {
+                diagnostics.append(policy.diagnostic(
+                    at: "apps.\(app.id).session.backchannel_logout",
+                    "contact_claim is '\(session.contactClaim)', not sub: a logout token names the contact only when it carries that claim; "
+                        + "one with only sub removes nothing, one with sid finds its session", severity: .warning))
+            }
             let file: String
             switch session.keys {
             case .jwksFile(let path): file = path

@@ -28,15 +28,17 @@ public final class SessionVerifier: Sendable {
         let key: PublicKey
     }
 
-    private let policy: SessionPolicy
+    let policy: SessionPolicy
     private let allowed: Set<JWTAlgorithm>
     private let hmacSecret: [UInt8]?
     /// The JWKS keys in force, replaced whole by `replaceKeys`.
     private let keys: Mutex<KeyRing>
     /// Told the kid of a token whose kid no key has (`jwks_url` refetches on it).
     private let unknownKid = Mutex<(@Sendable (String) -> Void)?>(nil)
-    private let clock: any WallClock
+    let clock: any WallClock
     private let headers = HeaderCache()
+    /// Logout tokens' headers, which may be typed `logout+jwt` (a session token may not).
+    let logoutHeaders = HeaderCache(logout: true)
     /// Sessions accepted before, by the hash of their whole token (`VerifiedSessions`).
     let verified: VerifiedSessions
     /// JWKS entries that were skipped at `init` and why (for a start-up log line).
@@ -204,7 +206,13 @@ public final class SessionVerifier: Sendable {
 
     /// Structure, header, signature, then claims.
     private func verifyWhole(_ bytes: UnsafeBufferPointer<UInt8>) -> Result<Session, AuthFailure> {
-        func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
+        signedClaims(bytes, headers: headers).flatMap(check)
+    }
+
+    /// The claims of a compact JWS whose structure, header (by `headers`' rules) and signature
+    /// under this verifier's keys hold; the claims themselves are not judged here.
+    func signedClaims(_ bytes: UnsafeBufferPointer<UInt8>, headers: HeaderCache) -> Result<JSONObject, AuthFailure> {
+        func fail(_ reason: String) -> Result<JSONObject, AuthFailure> { .failure(AuthFailure(reason)) }
 
         // Three segments split at '.' (memchr scans a token's few hundred bytes fastest).
         let firstDot = Self.find(UInt8(ascii: "."), in: bytes, from: 0)
@@ -260,7 +268,7 @@ public final class SessionVerifier: Sendable {
         // Claims, only once the signature holds.
         guard let payload = Base64URL.decode(bytes: payloadBytes) else { return fail("payload is not base64url") }
         guard let claims = (try? JSONValue.parse(payload))?.objectValue else { return fail("payload is not a JSON object") }
-        return check(claims)
+        return .success(claims)
     }
 
     private func selectKey(_ family: [KeyEntry], in ring: KeyRing, kid: String?, alg: JWTAlgorithm) -> Result<PublicKey, AuthFailure> {
@@ -281,7 +289,7 @@ public final class SessionVerifier: Sendable {
         }
     }
 
-    private enum NumericDate {
+    enum NumericDate {
         case absent, invalid, value(Double)
 
         /// Plain integers of up to 15 digits (every real timestamp), converted without `strtod`:
@@ -322,6 +330,25 @@ public final class SessionVerifier: Sendable {
         }
     }
 
+    /// `iss` and `aud` as the policy names them (each checked only when named), or the refusal.
+    func issuerAndAudience(_ claims: JSONObject) -> AuthFailure? {
+        if let issuer = policy.issuer {
+            guard let iss = claims["iss"] else { return AuthFailure("missing iss") }
+            guard let iss = iss.stringValue, TextRules.bytesEqual(iss, issuer) else { return AuthFailure("issuer mismatch") }
+        }
+        if let audience = policy.audience {
+            switch claims["aud"] {
+            case nil: return AuthFailure("missing aud")
+            case .string(let aud)?: guard TextRules.bytesEqual(aud, audience) else { return AuthFailure("audience mismatch") }
+            case .array(let auds)?:
+                guard auds.allSatisfy({ $0.stringValue != nil }) else { return AuthFailure("aud array holds a non-string") }
+                guard auds.contains(where: { TextRules.bytesEqual($0.stringValue ?? "", audience) }) else { return AuthFailure("audience mismatch") }
+            default: return AuthFailure("aud is not a string or an array")
+            }
+        }
+        return nil
+    }
+
     private func check(_ claims: JSONObject) -> Result<Session, AuthFailure> {
         func fail(_ reason: String) -> Result<Session, AuthFailure> { .failure(AuthFailure(reason)) }
 
@@ -346,20 +373,7 @@ public final class SessionVerifier: Sendable {
         case .invalid: return fail("iat is not a number")
         case .value(let iat): guard iat <= now + leeway else { return fail("issued in the future (iat)") }
         }
-        if let issuer = policy.issuer {
-            guard let iss = claims["iss"] else { return fail("missing iss") }
-            guard let iss = iss.stringValue, TextRules.bytesEqual(iss, issuer) else { return fail("issuer mismatch") }
-        }
-        if let audience = policy.audience {
-            switch claims["aud"] {
-            case nil: return fail("missing aud")
-            case .string(let aud)?: guard TextRules.bytesEqual(aud, audience) else { return fail("audience mismatch") }
-            case .array(let auds)?:
-                guard auds.allSatisfy({ $0.stringValue != nil }) else { return fail("aud array holds a non-string") }
-                guard auds.contains(where: { TextRules.bytesEqual($0.stringValue ?? "", audience) }) else { return fail("audience mismatch") }
-            default: return fail("aud is not a string or an array")
-            }
-        }
+        if let failure = issuerAndAudience(claims) { return .failure(failure) }
         let claimName = policy.contactClaim
         guard let contactValue = claims[claimName] else { return fail("missing contact claim \(claimName)") }
         let contact: String
@@ -367,7 +381,8 @@ public final class SessionVerifier: Sendable {
         case .success(let text): contact = text
         case .failure(let failure): return .failure(failure)
         }
-        return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt))
+        let sessionID = policy.backchannelLogout.flatMap { claims[$0.sidClaim].flatMap(Self.sessionID) }
+        return .success(Session(contactID: contact, subject: claims["sub"]?.stringValue, expiresAt: expiresAt, sessionID: sessionID))
     }
 
 }

@@ -45,6 +45,18 @@ final class VerifiedSessions: Sendable {
             case contactID
             case none
             case other(String)
+            /// With a session id (`backchannel_logout`): boxed, so an entry without one stays small.
+            case withSession(WithSession)
+        }
+
+        final class WithSession: Sendable {
+            let subject: String?
+            let sessionID: String
+
+            init(subject: String?, sessionID: String) {
+                self.subject = subject
+                self.sessionID = sessionID
+            }
         }
 
         let contactID: String
@@ -54,10 +66,11 @@ final class VerifiedSessions: Sendable {
         init?(_ session: Session) {
             guard let expiresAt = session.expiresAt else { return nil }
             contactID = session.contactID
-            switch session.subject {
-            case nil: subject = .none
-            case let value? where value == session.contactID: subject = .contactID
-            case let value?: subject = .other(value)
+            switch (session.subject, session.sessionID) {
+            case (let value, let sessionID?): subject = .withSession(WithSession(subject: value, sessionID: sessionID))
+            case (nil, nil): subject = .none
+            case (let value?, nil) where value == session.contactID: subject = .contactID
+            case (let value?, nil): subject = .other(value)
             }
             self.expiresAt = expiresAt
         }
@@ -67,6 +80,7 @@ final class VerifiedSessions: Sendable {
             case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt)
             case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt)
             case .other(let value): return Session(contactID: contactID, subject: value, expiresAt: expiresAt)
+            case .withSession(let box): return Session(contactID: contactID, subject: box.subject, expiresAt: expiresAt, sessionID: box.sessionID)
             }
         }
     }

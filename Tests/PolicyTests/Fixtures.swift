@@ -61,7 +61,7 @@ let badFixtures: [Fixture] = [
           - name: up
             provider: dry_run
     """, expected: [
-        "t.yaml:8:7: apps.shop.session: unknown key 'audiense'; allowed keys: type, header, cookie, algorithms, jwks_file, jwks_url, jwks_refresh, hmac_secret, issuer, audience, contact_claim, leeway, verified_cache",
+        "t.yaml:8:7: apps.shop.session: unknown key 'audiense'; allowed keys: type, header, cookie, algorithms, jwks_file, jwks_url, jwks_refresh, hmac_secret, issuer, audience, contact_claim, leeway, verified_cache, backchannel_logout",
     ]),
     Fixture(name: "wrong type", yaml: """
     version: 1

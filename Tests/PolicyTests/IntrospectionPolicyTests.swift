@@ -66,7 +66,7 @@ import Testing
         ]),
         Fixture(name: "an introspect key on a JWT session",
                 yaml: minimalPolicy.replacingFirst("      algorithms: [HS256]\n", with: "      algorithms: [HS256]\n      contact_field: uid\n"), expected: [
-            "t.yaml:7:7: apps.shop.session: unknown key 'contact_field'; allowed keys: type, header, cookie, algorithms, jwks_file, jwks_url, jwks_refresh, hmac_secret, issuer, audience, contact_claim, leeway, verified_cache",
+            "t.yaml:7:7: apps.shop.session: unknown key 'contact_field'; allowed keys: type, header, cookie, algorithms, jwks_file, jwks_url, jwks_refresh, hmac_secret, issuer, audience, contact_claim, leeway, verified_cache, backchannel_logout",
         ]),
         Fixture(name: "no url and no client_auth", yaml: policy(contact), expected: [
             "t.yaml:5:7: apps.shop.session: missing required key 'url'",

@@ -30,15 +30,12 @@ final class SidecarHarness: Sendable {
     ///   - clientYAML: replaces the app's whole `client:` block (then `platforms` is ignored).
     ///   - store: the dedupe store (default: Redis, or memory with `memoryStore`).
     ///   - topLevel: top-level policy blocks after `apps` (`store:`), unindented.
+    ///   - sessionYAML: replaces the app's `session:` keys (indented by six spaces per line).
     init(upstreams: String, secrets: [SecretRef: String] = [:], platforms: String = "[ios, android, web]",
          clientYAML: String? = nil, memoryStore: Bool = false, store: (any DedupeStore)? = nil, sameApp: String? = nil,
-         topLevel: String = "") async throws {
+         topLevel: String = "", sessionYAML: String? = nil) async throws {
         app = sameApp ?? "app-" + UUID().uuidString.prefix(8).lowercased()
-        var yaml = """
-            version: 1
-            apps:
-              \(app):
-                session:
+        let session = sessionYAML ?? """
                   type: jwt
                   algorithms: [HS256]
                   hmac_secret: {env: TEST_SESSION_SECRET}
@@ -46,6 +43,13 @@ final class SidecarHarness: Sendable {
                   audience: test-app
                   contact_claim: contact_id
                   leeway: 5s
+            """
+        var yaml = """
+            version: 1
+            apps:
+              \(app):
+                session:
+            \(session)
                 client:
             \(clientYAML ?? "      platforms: \(platforms)")
                 dedupe:

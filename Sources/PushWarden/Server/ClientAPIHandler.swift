@@ -6,6 +6,7 @@ import PWCore
 import PWCrypto
 import PWPolicy
 import Providers
+import RedisStores
 import Registration
 import SessionAuth
 import Synchronization
@@ -30,6 +31,8 @@ public final class ClientAPIHandler: HTTPHandler {
     let rateLimiter: RateLimiter
     let metrics: Metrics
     let logger: Logger
+    /// The evidence trail back-channel logouts append to (policy `audit`), replaced by a reload.
+    let receipts = Mutex<AuditTrail?>(nil)
 
     init(apps: AppTable, registrar: Registrar, rateLimiter: RateLimiter, metrics: Metrics, logger: Logger) {
         self.apps = apps
@@ -45,7 +48,7 @@ public final class ClientAPIHandler: HTTPHandler {
         switch resolve(head) {
         case .success(let resolved):
             // The route and app travel with the request: nothing resolves them again.
-            return .readBody(limit: resolved.app.policy.client.maxBody, context: resolved)
+            return .readBody(limit: resolved.bodyLimit, context: resolved)
         case .failure(let error):
             let requestID = RequestID.from(head.headers)
             metrics.request(app: "-", route: "-", status: error.status)
@@ -55,7 +58,7 @@ public final class ClientAPIHandler: HTTPHandler {
 
     public func payloadTooLarge(_ head: HTTPRequestHead, context: (any Sendable)?) -> HTTPResponse {
         let resolved = context as? Resolved
-        let error = ContractError(.payloadTooLarge, "request body exceeds \(resolved?.app.policy.client.maxBody ?? 0) bytes")
+        let error = ContractError(.payloadTooLarge, "request body exceeds \(resolved?.bodyLimit ?? 0) bytes")
         metrics.request(app: resolved?.app.policy.id ?? "-", route: resolved?.route.rawValue ?? "-", status: error.status)
         return Responses.error(error, requestID: RequestID.from(head.headers))
     }
@@ -81,6 +84,11 @@ public final class ClientAPIHandler: HTTPHandler {
         guard let resolved = request.context as? Resolved else {
             let error = ContractError(.internal, "request without the route its head resolved to")
             responder.respond(answer(.failure(error), app: "-", route: "-", requestID: requestID))
+            return
+        }
+        if resolved.route == .backchannelLogout {
+            // The identity provider calls, not a client: no client session, its own checks.
+            backchannelLogout(request, resolved.app, requestID: requestID, on: loop, responder: responder)
             return
         }
         switch resolved.app.sessions.check(request.head.headers) {
@@ -183,7 +191,7 @@ public final class ClientAPIHandler: HTTPHandler {
         var routeLabel: String { route.rawValue }
         var origin: Registrar.Origin {
             Registrar.Origin(app: app, context: CallContext(contactID: session.contactID, clientHeaders: headers), requestID: requestID,
-                             loop: loop)
+                             loop: loop, sessionID: session.sessionID)
         }
     }
 
@@ -207,6 +215,8 @@ public final class ClientAPIHandler: HTTPHandler {
                 body = .unregister(pushToken: try RequestValidator.unregister(body: request.body, policy: client, contactID: session.contactID))
             case .events:
                 body = .events(try RequestValidator.events(body: request.body, policy: client, contactID: session.contactID))
+            case .backchannelLogout:
+                throw ContractError(.internal, "back-channel logout routed as a client request")
             }
             return .success(Accepted(app: app, route: route, session: session, headers: request.head.headers,
                                      requestID: requestID, body: body, loop: loop))
@@ -244,12 +254,20 @@ public final class ClientAPIHandler: HTTPHandler {
 
     enum Route: String, Sendable {
         case register, unregister, events
+        case backchannelLogout = "backchannel_logout"
     }
 
     /// A request's route and app, resolved once from its head.
     struct Resolved: Sendable {
         let app: AppRuntime
         let route: Route
+
+        /// A client's bodies are capped by the policy; an identity provider's logout by its own bound.
+        var bodyLimit: Int { route == .backchannelLogout ? Self.logoutBodyLimit : app.policy.client.maxBody }
+
+        /// 25 KiB: a form with one logout token of at most `SessionVerifier.maxTokenBytes`, even
+        /// percent-encoded whole.
+        static let logoutBodyLimit = 3 * SessionVerifier.maxTokenBytes + 1024
     }
 
     /// `/v1/apps/{app}/installations`, `/v1/apps/{app}/installations/unregister`, `/v1/apps/{app}/events`,
@@ -269,6 +287,8 @@ public final class ClientAPIHandler: HTTPHandler {
             route = .events
         } else if rest.elementsEqual(Self.unregisterPath) {
             route = .unregister
+        } else if rest.elementsEqual(Self.backchannelLogoutPath) {
+            route = .backchannelLogout
         } else {
             return .failure(ContractError(.notFound, "no such route"))
         }
@@ -277,6 +297,12 @@ public final class ClientAPIHandler: HTTPHandler {
         guard let app = apps[id: id], TextRules.bytesEqual(app.policy.id, id) else { return .failure(ContractError(.notFound, "unknown app")) }
         guard head.method == "POST" else {
             return .failure(ContractError(.methodNotAllowed, "use POST for this route"))
+        }
+        if route == .backchannelLogout {
+            guard Self.isForm(head.headers["Content-Type"]) else {
+                return .failure(ContractError(.unsupportedMediaType, "Content-Type must be application/x-www-form-urlencoded"))
+            }
+            return .success(Resolved(app: app, route: route))
         }
         guard Self.isJSON(head.headers["Content-Type"]) else {
             return .failure(ContractError(.unsupportedMediaType, "Content-Type must be application/json"))
@@ -288,11 +314,17 @@ public final class ClientAPIHandler: HTTPHandler {
     private static let installations = Array("/installations".utf8)
     private static let events = Array("/events".utf8)
     private static let unregisterPath = Array("/installations/unregister".utf8)
+    private static let backchannelLogoutPath = Array("/backchannel-logout".utf8)
 
     /// `application/json`, any case, optionally followed by parameters (`; charset=utf-8`).
-    static func isJSON(_ contentType: String?) -> Bool {
+    static func isJSON(_ contentType: String?) -> Bool { isMediaType(contentType, "application/json") }
+
+    /// `application/x-www-form-urlencoded`, any case, optionally followed by parameters.
+    static func isForm(_ contentType: String?) -> Bool { isMediaType(contentType, "application/x-www-form-urlencoded") }
+
+    private static func isMediaType(_ contentType: String?, _ type: StaticString) -> Bool {
         guard let contentType else { return false }
-        let expected = "application/json".utf8
+        let expected = UnsafeBufferPointer(start: type.utf8Start, count: type.utf8CodeUnitCount)
         var utf8 = Substring(contentType).utf8.drop { $0 == 0x20 || $0 == 0x09 }
         guard utf8.count >= expected.count else { return false }
         for byte in expected {

@@ -47,6 +47,7 @@ extension Sidecar {
         let old = self.apps.replace(with: apps)
         contactRoutes.replaceTokens(adminTokens)
         contactRoutes.replaceReceipts(trail)
+        handler.receipts.withLock { $0 = trail }
         for app in apps.values { app.jwks?.start() }
         for app in old.values { app.jwks?.stop() }
         metrics.keepJWKSAges(of: Set(apps.values.filter { $0.jwks != nil }.map(\.policy.id)))

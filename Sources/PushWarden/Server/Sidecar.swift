@@ -209,6 +209,7 @@ public final class Sidecar: Sendable {
                                        metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
+        handler.receipts.withLock { $0 = trail }
         let contactRoutes = ContactRoutes(tokens: adminTokens, administration: administration ?? registrar, apps: table, metrics: metrics,
                                           logger: logger, receipts: trail, digests: digests)
         self.contactRoutes = contactRoutes

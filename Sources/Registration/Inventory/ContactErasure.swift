@@ -42,9 +42,17 @@ extension Registrar: ContactAdministration {
 
     package func erase(_ contactID: String, in app: AppRuntime, requestID: String) async throws(ContractError) -> ErasureReport {
         // Installations recorded before `store.digest_key` was set sit under the unkeyed names: erased too.
-        let contacts = inventory.contactKeys(contactID, app: app.policy.id)
-        // No client headers: a provider that takes only the user's own credential is skipped. An
-        // admin call: no request loop, the pools.
+        try await removeInstallations(of: contactID, under: inventory.contactKeys(contactID, app: app.policy.id), in: app,
+                                      requestID: requestID, reason: .erased) { _ in true }
+    }
+
+    /// Unregisters at every upstream that holds it, and forgets, each installation of `contactID`
+    /// (kept under `contacts`) that `selected` picks, as an erasure does: records rewritten while
+    /// it runs are read again, up to `erasurePasses` times. What erasure and back-channel logout share.
+    func removeInstallations(of contactID: String, under contacts: [ContactKeys], in app: AppRuntime, requestID: String,
+                             reason: Removal, selected: @escaping @Sendable (Inventory.Kept) -> Bool) async throws(ContractError) -> ErasureReport {
+        // No client headers: a provider that takes only the user's own credential is skipped. No
+        // request loop: the pools.
         let origin = Origin(app: app, context: CallContext(contactID: contactID), requestID: requestID, loop: nil)
         var attempted: Set<String> = []  // records as read (with their contact's digest), so a failed removal is not retried within one call
         var erased: Set<String> = []     // tokens (their digests when unreadable)
@@ -55,7 +63,7 @@ extension Registrar: ContactAdministration {
             do {
                 for contact in contacts {
                     kept += try await inventory.all(of: contact, app: app.policy.id, on: origin.loop)
-                        .filter { !attempted.contains(contact.digest + $0.stored.raw) }
+                        .filter { !attempted.contains(contact.digest + $0.stored.raw) && selected($0) }
                         .map { (contact, $0) }
                 }
             } catch {
@@ -64,7 +72,7 @@ extension Registrar: ContactAdministration {
             if kept.isEmpty { break }
             attempted.formUnion(kept.map { $0.contact.digest + $0.installation.stored.raw })
             let results = await mapConcurrently(kept) { [self] entry in
-                let perUpstream = await retire(entry.installation, contact: entry.contact, origin: origin, reason: .erased)
+                let perUpstream = await retire(entry.installation, contact: entry.contact, origin: origin, reason: reason)
                 return (entry.installation.pushToken ?? entry.installation.stored.token.digest, perUpstream)
             }
             for (digest, perUpstream) in results {

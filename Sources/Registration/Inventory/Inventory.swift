@@ -38,6 +38,8 @@ package final class Inventory: Sendable {
         /// Nil when the record cannot be opened (sealed under a key this process does not hold).
         let pushToken: String?
         let contactID: String?
+        /// The session it was registered under (`backchannel_logout`), when the record keeps one.
+        var sessionID: String? = nil
 
         /// The token as logs and the server-to-server API show it. A record that cannot be opened
         /// shows its digest's first 8 hex digits, or a hash of a field name PushWarden never
@@ -54,16 +56,25 @@ package final class Inventory: Sendable {
 
     /// Records that `upstreams` hold `installation` for `contactID`. Here as everywhere in this
     /// type, `loop` is the request's loop (its own store connection), nil off the loops.
-    func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String], on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
-        let payload = JSONValue.object(JSONObject([
-            JSONMember("t", .string(installation.pushToken)),
-            JSONMember("c", .string(contactID)),
-        ])).encodedString()
+    /// With `sessionID` (the registering session at the identity provider), the record keeps it
+    /// sealed beside the token and the session index names the contact for `sessionTTLMillis`.
+    func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String], sessionID: String? = nil,
+              sessionTTLMillis: Int = 0, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
+        var members = [JSONMember("t", .string(installation.pushToken)), JSONMember("c", .string(contactID))]
+        if let sessionID { members.append(JSONMember("s", .string(sessionID))) }
+        let payload = JSONValue.object(JSONObject(members)).encodedString()
         let contact = digests.contact(contactID, app: app), token = digests.token(installation.pushToken, app: app)
-        return try await store.record(InventoryWrite(
+        var write = InventoryWrite(
             contact: contact, token: token,
             app: keys(of: app), sealed: sealer.seal(payload, boundTo: Self.place(of: token, in: contact)), platform: installation.platform.rawValue,
-            pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock()), on: loop)
+            pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock())
+        if let sessionID { write.session = SessionIndexWrite(key: digests.session(sessionID, app: app), ttlMillis: max(sessionTTLMillis, 1000)) }
+        return try await store.record(write, on: loop)
+    }
+
+    /// The contact the session index names for `sessionID`, if any.
+    func sessionHolder(_ sessionID: String, app: String, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        try await store.sessionHolder(digests.session(sessionID, app: app), nowMillis: clock(), on: loop)
     }
 
     /// The installation as a build without `store.digest_key` recorded it (under unkeyed names),
@@ -158,7 +169,7 @@ package final class Inventory: Sendable {
                             [("app", app), ("contact", "ct:" + contact.digest.prefix(8)), ("token", "tok:" + stored.token.digest.prefix(8))])
             return unreadable
         }
-        return Kept(stored: stored, pushToken: pushToken, contactID: contactID)
+        return Kept(stored: stored, pushToken: pushToken, contactID: contactID, sessionID: object["s"]?.stringValue)
     }
 
     /// Where a record's sealed part sits: the contact's inventory and the token's field in it.

@@ -32,6 +32,7 @@ extension Registrar {
     private func keep(_ installation: Installation, at holding: [String], origin: Origin) async throws(StoreError) {
         let appID = origin.appID
         let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
+                                              sessionID: origin.sessionID, sessionTTLMillis: Self.sessionIndexMillis(origin.app.policy),
                                               on: origin.loop)
         if let previous = result.previousOwner {
             _ = try await inventory.forget(digests.token(installation.pushToken, app: appID), contact: previous, app: appID,
@@ -90,6 +91,7 @@ extension Registrar {
     /// Why an installation leaves the inventory without its device asking: the metric's `reason`.
     enum Removal: String, Sendable {
         case evicted, expired, erased, dead
+        case loggedOut = "logged_out"
     }
 
     /// Evicts the `count` least recently seen installations of the origin's contact other than

@@ -54,6 +54,7 @@ public final class Metrics: Sendable {
         var inventoryInstallations: [[String]: UInt64] = [:]  // app, upstream
         var inventoryTotals: [[String]: UInt64] = [:]     // app
         var inventoryContacts: [[String]: UInt64] = [:]   // app
+        var backchannelLogouts: [[String]: UInt64] = [:]  // app, result
     }
 
     private let state = Mutex(State())
@@ -155,7 +156,7 @@ public final class Metrics: Sendable {
     }
 
     /// An installation left a contact's inventory, unregistered upstream: `reason` is `expired`,
-    /// `evicted` (over `client.max_installations`) or `erased`.
+    /// `evicted` (over `client.max_installations`), `erased` or `logged_out`.
     public func inventoryRemoved(app: String, reason: String) {
         state.withLock { $0.inventoryRemovals[[app, reason], default: 0] += 1 }
     }
@@ -198,6 +199,12 @@ public final class Metrics: Sendable {
         state.withLock { $0.storeWrites[[kind, result], default: 0] += 1 }
     }
 
+    /// A back-channel logout request: `result` is `logged_out`, `invalid`, `replayed`,
+    /// `not_enabled` or `unavailable`.
+    public func backchannelLogout(app: String, result: String) {
+        state.withLock { $0.backchannelLogouts[[app, result], default: 0] += 1 }
+    }
+
     /// The Prometheus text exposition format, version 0.0.4.
     public func render(storeUp: Bool? = nil) -> String {
         let snapshot = state.withLock { $0 }
@@ -237,7 +244,7 @@ public final class Metrics: Sendable {
         let expired = snapshot.inventoryRemovals.filter { $0.key[1] == "expired" }
         family("pushwarden_inventory_expired_total", "Installations unregistered and forgotten after inventory.expire_after.", "counter",
                ["app"], Dictionary(uniqueKeysWithValues: expired.map { ([$0.key[0]], $0.value) }))
-        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased, dead).",
+        family("pushwarden_inventory_removed_total", "Installations removed from contacts' inventories by reason (expired, evicted, erased, dead, logged_out).",
                "counter", ["app", "reason"], snapshot.inventoryRemovals)
         if !snapshot.inventoryTotals.isEmpty {
             family("pushwarden_inventory_installations", "Installations each upstream holds, by app (counted at most once a minute).", "gauge",
@@ -250,6 +257,9 @@ public final class Metrics: Sendable {
         family("pushwarden_dead_tokens_total",
                "Dead-token reports by app and result (removed, stale, unknown, quarantined, failed, refused).", "counter",
                ["app", "result"], snapshot.deadTokens)
+        family("pushwarden_backchannel_logouts_total",
+               "Back-channel logout requests from identity providers by app and result (logged_out, invalid, replayed, not_enabled, unavailable).",
+               "counter", ["app", "result"], snapshot.backchannelLogouts)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

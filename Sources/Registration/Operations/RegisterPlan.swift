@@ -15,12 +15,19 @@ package struct RegisterPlan: Sendable {
     let steps: [(caller: UpstreamCaller, step: Step)]
     /// The app's `inventory.expire_after`: how fresh a dedupe hit keeps the last-seen time.
     var expireAfterMillis: Int? = nil
+    /// The request's session at the identity provider (`backchannel_logout`).
+    var sessionID: String? = nil
 
     /// What this process remembers the installation's last-seen refresh by: the first
-    /// fingerprint (it covers the contact and the token), nil when nothing is deduped.
+    /// fingerprint (it covers the contact and the token), and the session id, so that a dedupe hit
+    /// under a new session writes the record again and a logout of that session finds it. Nil
+    /// when nothing is deduped.
     var touchKey: String? {
         for entry in steps {
-            if case .dedupe(_, let fingerprint) = entry.step { return fingerprint }
+            if case .dedupe(_, let fingerprint) = entry.step {
+                guard let sessionID else { return fingerprint }
+                return fingerprint + "\u{0}" + sessionID
+            }
         }
         return nil
     }

@@ -49,18 +49,22 @@ package final class Registrar: Sendable {
         /// Named here, never read from the thread, so a task that happens to run on some loop
         /// does not take its connections.
         let loop: EventLoop?
+        /// The session at the identity provider that the request came with (`backchannel_logout`),
+        /// kept with the installations it registers.
+        let sessionID: String?
 
-        package init(app: AppRuntime, context: CallContext, requestID: String, loop: EventLoop?) {
+        package init(app: AppRuntime, context: CallContext, requestID: String, loop: EventLoop?, sessionID: String? = nil) {
             self.app = app
             self.context = context
             self.requestID = requestID
             self.loop = loop
+            self.sessionID = sessionID
         }
 
         var appID: String { app.policy.id }
 
         /// The same origin for work that leaves the request's loop (a task of its own): the pools.
-        var offLoop: Origin { Origin(app: app, context: context, requestID: requestID, loop: nil) }
+        var offLoop: Origin { Origin(app: app, context: context, requestID: requestID, loop: nil, sessionID: sessionID) }
     }
 
     // MARK: Register
@@ -77,7 +81,7 @@ package final class Registrar: Sendable {
             if caller.policy.role == .primary, case .refused(.refusedBeforeCall(let error)) = step { throw error }
             steps.append((caller, step))
         }
-        return RegisterPlan(steps: steps, expireAfterMillis: origin.app.policy.inventory.expireAfterMillis)
+        return RegisterPlan(steps: steps, expireAfterMillis: origin.app.policy.inventory.expireAfterMillis, sessionID: origin.sessionID)
     }
 
     private func step(_ installation: Installation, at caller: UpstreamCaller, origin: Origin) -> RegisterPlan.Step {
@@ -107,7 +111,7 @@ package final class Registrar: Sendable {
             completion(.failure(error))
             return
         }
-        plan.lookUp(in: deduper.store, on: loop) { [self] cached in
+        let answer: ([String??]) -> Void = { [self] cached in
             if let unchanged = plan.outcomesIfUnchanged(cached) {
                 for (name, outcome) in unchanged where outcome.isUnchanged {
                     metrics.dedupeHit(app: origin.appID, upstream: name)
@@ -123,6 +127,38 @@ package final class Registrar: Sendable {
                 completion(.success(await register(installation, plan: plan, cached: cached, from: origin)))
             }
         }
+        guard let sessionID = origin.sessionID else {
+            plan.lookUp(in: deduper.store, on: loop, completion: answer)
+            return
+        }
+        // A session the identity provider logged out registers nothing again (a stolen phone's app
+        // still holds its token): looked up beside the dedupe entries, in the same round trip.
+        let join = LoggedOutJoin()
+        let decide = { [self] in
+            guard let loggedOut = join.loggedOut, let cached = join.cached else { return }
+            guard !loggedOut else {
+                logger.bounded(.info, "registration from a session logged out at the identity provider refused", key: "logged-out" + origin.appID,
+                               [("app", origin.appID), ("request_id", origin.requestID), ("contact", Redact.contact(origin.context.contactID))])
+                completion(.failure(ContractError(.unauthorized, "the session was logged out at the identity provider")))
+                return
+            }
+            answer(cached)
+        }
+        deduper.store.peek(digests.loggedOutSession(sessionID, app: origin.appID), on: loop) { result in
+            // A store that does not answer refuses nothing: the dedupe lookups degrade the same way.
+            if case .success(let value) = result { join.loggedOut = value != nil } else { join.loggedOut = false }
+            decide()
+        }
+        plan.lookUp(in: deduper.store, on: loop) { cached in
+            join.cached = cached
+            decide()
+        }
+    }
+
+    /// The two lookups of a registration under a session id, joined on the request's loop.
+    private final class LoggedOutJoin {
+        var loggedOut: Bool?
+        var cached: [String??]?
     }
 
     /// Registers `installation` at every upstream of the plan, through dedupe; `cached` holds what

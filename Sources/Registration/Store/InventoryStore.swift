@@ -14,6 +14,16 @@ package struct InventoryWrite: Sendable {
     /// The upstreams that hold it now; merged with those the record already names.
     package let upstreams: [String]
     package let nowMillis: Int64
+    /// The session index entry to write with the record (`backchannel_logout`): which contact
+    /// registered under a session, so a logout token naming only its `sid` finds the contact.
+    package var session: SessionIndexWrite? = nil
+}
+
+/// One entry of the session index: its key (`KeyDigest.session`), naming the contact's digest,
+/// for `ttlMillis`.
+package struct SessionIndexWrite: Sendable {
+    package let key: String
+    package let ttlMillis: Int
 }
 
 /// What `record` found while writing.
@@ -109,6 +119,9 @@ package protocol InventoryStore: InventoryCensus {
     /// than its record, which a write that reached one of the two left behind); `upstreams` (its
     /// record's) keep the shard's counts when the entry is new there.
     func indexSeen(_ token: TokenKeys, of contact: ContactKeys, app: AppInventoryKeys, at millis: Int64, upstreams: [String]) async throws(StoreError)
+    /// The contact the session index names for a session (`KeyDigest.session`), if an entry is
+    /// there and has not expired at `nowMillis`.
+    func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys?
     /// Takes or keeps a lease for `owner` for `ttlMillis`: true while `owner` holds it.
     func lease(_ key: String, owner: String, ttlMillis: Int) async throws(StoreError) -> Bool
     /// Gives a lease up, while `owner` still holds it.

@@ -17,6 +17,8 @@ package final class MemoryInventoryStore: InventoryStore {
         var index: [String: [String: [String]]] = [:]
         /// Lease key → (owner, expiry in monotonic nanoseconds).
         var leases: [String: (String, UInt64)] = [:]
+        /// Session index key → (contact digest, expiry in ms since the epoch).
+        var sessions: [String: (String, Int64)] = [:]
     }
 
     private let state = Mutex(State())
@@ -36,8 +38,19 @@ package final class MemoryInventoryStore: InventoryStore {
             state.inventories[write.contact.digest] = records
             state.seen[write.app.digest, default: [:]][Self.seenMember(write.contact, write.token)] = write.nowMillis
             state.index[write.app.digest, default: [:]][InventoryPosition(token: write.token, contact: write.contact).indexKey] = upstreams
+            if let session = write.session {
+                if state.sessions.count >= 100_000 { state.sessions = state.sessions.filter { $0.value.1 > write.nowMillis } }
+                state.sessions[session.key] = (write.contact.digest, write.nowMillis + Int64(session.ttlMillis))
+            }
             let moved = previous.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
             return InventoryWriteResult(previousOwner: moved, isNew: existing == nil, count: records.count)
+        }
+    }
+
+    package func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {
+        state.withLock { state in
+            guard let (digest, expiry) = state.sessions[key], expiry > nowMillis else { return nil }
+            return ContactKeys(digest: digest)
         }
     }
 
