@@ -182,12 +182,14 @@ public final class Sidecar: Sendable {
         let digests: KeyDigest
         let adminTokens: AdminTokens
         let trail: AuditTrail?
+        let webhooks: [WebhookEndpoint]
         do throws(ConfigurationError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
             digests = try KeyDigest.make(for: policy, secrets: parts.builder.secrets)
             adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
             trail = try Self.auditTrail(policy, store: chosenStore, secrets: parts.builder.secrets)
+            webhooks = try Self.webhookEndpoints(policy, hasOutbox: hasOutbox, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
@@ -196,7 +198,8 @@ public final class Sidecar: Sendable {
         let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
-        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values)) }
+        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values),
+                                                    webhooks: webhooks) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let inventory = Inventory(store: inventoryStore, sealer: sealer, digests: digests, logger: logger.with(label: "inventory"))
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
@@ -250,6 +253,7 @@ public final class Sidecar: Sendable {
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
         outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, apps: table, registrar: registrar, metrics: sharedMetrics, loops: loops,
+                                                     transport: parts.builder.network,
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
             + [BackgroundTasks.startSweeper(registrar: registrar, apps: table, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
                BackgroundTasks.startHeapTrim(), Task.detached { await census.run() }]
