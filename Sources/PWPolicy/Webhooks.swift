@@ -99,3 +99,32 @@ extension PolicyReader {
         return complete ? result : nil
     }
 }
+
+extension PolicyExplainer {
+    /// Which hosts receive lifecycle events and what they carry: a reviewer sees where data goes.
+    static func webhooks(_ webhooks: [WebhookPolicy]) -> [String] {
+        guard !webhooks.isEmpty else { return ["Webhooks: none (no webhooks block); lifecycle events are in the log and metrics only"] }
+        var lines = ["Webhooks: lifecycle events of every app are POSTed, signed (Standard Webhooks, HMAC-SHA256), through the Redis outbox "
+                     + "(retried until max_age, then dead-lettered); each carries the app, the contact id in clear, the token as a short hash "
+                     + "(never the token), the platform, each upstream's outcome and a reason"]
+        for (index, webhook) in webhooks.enumerated() {
+            lines.append("  - webhooks[\(index)] to host \(webhook.host) (\(webhook.url)): "
+                         + webhook.events.map(\.rawValue).joined(separator: ", ")
+                         + "; max_age \(Values.formatMillis(webhook.maxAgeMillis)); secret referenced (name only): \(webhook.secret)")
+        }
+        return lines
+    }
+}
+
+extension PolicyExplainerHTML {
+    static func webhooks(_ webhooks: [WebhookPolicy]) -> String {
+        guard !webhooks.isEmpty else { return "<p class=\"s2s\">Webhooks: <strong>none</strong> (no <code>webhooks</code> block).</p>" }
+        let items = webhooks.map { webhook in
+            "<li>host <strong>\(escape(webhook.host))</strong> (<code>\(escape(webhook.url))</code>): "
+                + escape(webhook.events.map(\.rawValue).joined(separator: ", "))
+                + "; secret <code class=\"k secret\">\(escape(webhook.secret.description))</code></li>"
+        }
+        return "<p class=\"s2s\">Webhooks: lifecycle events (the contact id in clear, tokens as short hashes) leave for these hosts, "
+            + "signed, through the Redis outbox:</p><ul class=\"s2s\">" + items.joined() + "</ul>"
+    }
+}

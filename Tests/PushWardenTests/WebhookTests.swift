@@ -270,4 +270,32 @@ import Testing
         #expect(messages.contains { $0.contains("webhooks[0].url") && $0.contains("plain http is allowed only to a loopback host") }, "\(messages)")
         #expect(messages.contains { $0.contains("webhooks[0].events[1]") && $0.contains("unknown event born") }, "\(messages)")
     }
+
+    @Test func explainNamesTheReceivingHostsAndTheSecretByNameOnly() throws {
+        let yaml = """
+            version: 1
+            apps:
+              shop:
+                session: {type: jwt, algorithms: [HS256], hmac_secret: {env: S}, issuer: https://a, audience: b, contact_claim: c}
+                client: {platforms: [ios]}
+                dedupe: {refresh_after: 1h}
+                upstreams:
+                  - {name: voyado, provider: voyado, base_path: https://v.example/api, api_key: {env: K}}
+            webhooks:
+              - url: https://crm.example.com/hooks/pushwarden
+                secret: {env: CRM_WEBHOOK_SECRET}
+                events: [erased, dead_token]
+                max_age: 2h
+            """
+        let policy = try PolicyLoader.load(text: yaml, path: "p.yaml").get()
+        #expect(policy.webhooks == [WebhookPolicy(url: "https://crm.example.com/hooks/pushwarden", host: "crm.example.com",
+                                                  secret: .env("CRM_WEBHOOK_SECRET"), events: [.erased, .deadToken], maxAgeMillis: 7_200_000)])
+        let text = PolicyExplainer.explain(policy)
+        #expect(text.contains("  - webhooks[0] to host crm.example.com (https://crm.example.com/hooks/pushwarden): erased, dead_token; max_age 2h; "
+                              + "secret referenced (name only): env:CRM_WEBHOOK_SECRET"), "\(text)")
+        let html = PolicyExplainerHTML.render(policy)
+        #expect(html.contains("host <strong>crm.example.com</strong>"))
+        let without = try PolicyLoader.load(text: yaml.components(separatedBy: "webhooks:")[0], path: "p.yaml").get()
+        #expect(PolicyExplainer.explain(without).contains("Webhooks: none"))
+    }
 }
