@@ -217,6 +217,65 @@ import Testing
         await receiver.stop()
     }
 
+    @Test func withAStoreKeyAQueuedEventHoldsTheContactIdSealed() async throws {
+        let receiver = try MockServer(), voyado = try MockVoyado(apiKey: "voyado-key")
+        receiver.respond { _ in HTTPResponse(status: 503) }
+        var secrets = Self.secrets
+        secrets[.env("PW_STORE_KEY")] = EncryptionAtRestTests.storeKey
+        let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado), secrets: secrets,
+                                         topLevel: EncryptionAtRestTests.storeBlock() + Self.webhooks(receiver, events: "[registered]", maxAge: "1s"))
+        let contact = "contact-" + UUID().uuidString
+        #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android()), contact: contact).status == 202)
+        #expect(await OutboxTests.eventually { Self.metric(h, "registered", "dead_lettered") == "1" })
+        // The receiver did get the contact id; Redis never held it in clear, queued or dead-lettered.
+        #expect(receiver.received.first?.bodyText.contains(contact) == true)
+        let contents = try await RedisContents.read(RedisServer.shared.configuration())
+        #expect(contents.occurrences(of: contact).isEmpty)
+        let dead = contents.items.filter { $0.key == "pw:v2:{outbox:\(h.app):webhook.0:dead}:s" }
+        #expect(dead.count == 1 && dead.allSatisfy { $0.texts.contains { $0.contains("pwe2:") } }, "\(contents.items.map(\.key))")
+        await h.stop()
+        await voyado.stop()
+        await receiver.stop()
+    }
+
+    @Test func aProviderDeliveryGivenUpIsADeadLetteredEvent() async throws {
+        let receiver = try Self.receiver(), voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await SidecarHarness(upstreams: OutboxTests.voyado(voyado), secrets: Self.secrets,
+                                         topLevel: Self.webhooks(receiver, events: "[dead_lettered]"))
+        voyado.enqueue(.init(status: 400, headers: ["Content-Type": "application/json"], body: #"{"error":{"code":"invalid_platform","message":"x"}}"#))
+        let token = InventoryTests.android()
+        #expect(try await h.post("/installations", InventoryTests.android(token)).outcome("voyado") == "queued")
+        let received = try await Self.deliveries(receiver, atLeast: 1)
+        #expect(Self.types(received) == ["dead_lettered"])
+        let data = received.first?.object?["data"]?.objectValue
+        #expect(data?["token"]?.stringValue == Redact.token(token))
+        #expect(data?["upstreams"]?.objectValue?["voyado"]?.stringValue == "dead_lettered")
+        #expect(data?["reason"]?.stringValue == "register upstream_rejected", "\(received.first?.bodyText ?? "")")
+        #expect(received.first?.bodyText.contains(token) == false)
+        await h.stop()
+        await voyado.stop()
+        await receiver.stop()
+    }
+
+    @Test func aReloadThatChangesTheWebhooksIsRefused() async throws {
+        let receiver = try Self.receiver(), voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado), secrets: Self.secrets, topLevel: Self.webhooks(receiver))
+        var changed = h.policy
+        changed.webhooks[0].events = [.erased]
+        guard case .failure(let error) = await h.sidecar.reload(changed, sha256: "x") else {
+            Issue.record("reloaded")
+            return
+        }
+        #expect(error.description.contains("the webhooks block changed"))
+        guard case .success = await h.sidecar.reload(h.policy, sha256: "y") else {
+            Issue.record("the unchanged policy was refused")
+            return
+        }
+        await h.stop()
+        await voyado.stop()
+        await receiver.stop()
+    }
+
     @Test func webhooksWithoutRedisAreRefusedAtStart() async throws {
         let receiver = try Self.receiver(), voyado = try MockVoyado(apiKey: "voyado-key")
         do {

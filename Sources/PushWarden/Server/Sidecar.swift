@@ -39,6 +39,8 @@ public final class Sidecar: Sendable {
     /// Whether queued deliveries can be kept (the Redis store): a policy that needs them is
     /// refused at start and at reload otherwise.
     let hasOutbox: Bool
+    /// The webhooks served since start: their outboxes and keys are made once.
+    let webhookPolicies: [WebhookPolicy]
     /// The `store` block in force: its keys are read once, at start. A reload that changes it is
     /// refused (restart to change the keys), so the keys in force are always the file's.
     let storePolicy: StorePolicy?
@@ -176,6 +178,7 @@ public final class Sidecar: Sendable {
         let outboxClient = (chosenStore as? RedisStore)?.client
         hasOutbox = outboxClient != nil
         storePolicy = policy.store
+        webhookPolicies = policy.webhooks
         serials = parts.serials
         running = Mutex(Self.version(of: policy, sha256: sha256))
         let sealer: StoreSealer
