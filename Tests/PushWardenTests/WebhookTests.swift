@@ -204,6 +204,7 @@ import Testing
         #expect(try await OutboxCommand.run(.list, redisURL: url, app: h.app, upstream: "webhook.0") { listed.append($0) }.handled == 1)
         #expect(listed.first?.contains("\(h.app)/webhook.0  webhook") == true, "\(listed)")
         #expect(listed.first?.contains("reason max_age") == true, "\(listed)")
+        #expect(listed.first?.contains("webhook  id \(tried.first?.headers["webhook-id"] ?? "?")  contact") == true, "\(listed)")
 
         // Back in the outbox once the receiver is up: delivered with the id it always had.
         receiver.respond { _ in HTTPResponse(status: 204) }
