@@ -168,6 +168,45 @@ import Testing
         await receiver.stop()
     }
 
+    @Test func anExpiredInstallationIsAnEvent() async throws {
+        let receiver = try Self.receiver(), voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado) + "\n    inventory:\n      expire_after: 1500ms",
+                                         secrets: Self.secrets, topLevel: Self.webhooks(receiver, events: "[expired]"))
+        let contact = "idle-" + UUID().uuidString, idle = InventoryTests.apns()
+        #expect(try await h.post("/installations", InventoryTests.ios(idle), contact: contact).status == 202)
+        let received = try await Self.deliveries(receiver, atLeast: 1, seconds: 15)
+        #expect(Self.types(received) == ["expired"])
+        let data = received.first?.object?["data"]?.objectValue
+        #expect(data?["contact_id"]?.stringValue == contact)
+        #expect(data?["token"]?.stringValue == Redact.token(idle))
+        #expect(data?["platform"]?.stringValue == "ios")
+        #expect(data?["reason"]?.stringValue == "expired")
+        #expect(try Self.verifiedByPython(received) == 1)
+        await h.stop()
+        await voyado.stop()
+        await receiver.stop()
+    }
+
+    @Test func aQuarantinedReportReleasedByTheCommandIsADeadTokenEvent() async throws {
+        let receiver = try Self.receiver(), voyado = try MockVoyado(apiKey: "voyado-key")
+        let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado) + "\n    dead_tokens: {min_count: 0, max_share: 0.01%}",
+                                         secrets: Self.secrets, topLevel: DeadTokenTests.admin + "\n" + Self.webhooks(receiver, events: "[dead_token]"))
+        let fcm = InventoryTests.android()
+        #expect(try await h.post("/installations", InventoryTests.android(fcm)).status == 202)
+        #expect(try await DeadTokenTests.report(h, DeadTokenTests.reports([DeadTokenTests.dead(fcm)])).json?["quarantined"] == .number("1"))
+        #expect(receiver.received.isEmpty)  // held, not removed: nothing to tell
+        let run = try await QuarantineCommand.run(.release, policy: h.policy, redisURL: RedisServer.shared.url, app: h.app, secrets: h.secrets,
+                                                  logger: Logger(label: "test", level: .warning, sink: h.logs)) { _ in }
+        #expect(run.handled == 1)
+        // Queued by the command before it returned; the sidecar's worker delivers it.
+        let received = try await Self.deliveries(receiver, atLeast: 1)
+        #expect(Self.types(received) == ["dead_token"])
+        #expect(received.first?.object?["data"]?.objectValue?["token"]?.stringValue == Redact.token(fcm))
+        await h.stop()
+        await voyado.stop()
+        await receiver.stop()
+    }
+
     // MARK: Delivery
 
     @Test func aReceiverThatAnswers500GetsTheSameIdAgainSignedForItsAttempt() async throws {

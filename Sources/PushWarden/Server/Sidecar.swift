@@ -326,6 +326,9 @@ public final class Sidecar: Sendable {
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
         for task in outboxTasks { await task.value }
+        if await !registrar.webhooksSettled(withinMillis: 2000) {
+            logger.error("stopped with webhook events not yet queued: they are lost")
+        }
         let pending = registrar.deduper.pending
         if await !pending.flushed(withinMillis: UInt64(max(1, gracePeriodSeconds) * 1000)) {
             logger.error("stopped with store writes still waiting: their records are lost", [("writes", String(pending.count))])

@@ -2,6 +2,7 @@ import Loops
 import PWCore
 import PWPolicy
 import Providers
+import Synchronization
 
 /// The durable outbox of one process: where deliveries are queued (`enqueue`) and the workers that
 /// deliver them, one per upstream, all replicas sharing one consumer group per shard stream.
@@ -39,6 +40,8 @@ package final class Outbox: Sendable {
     private let targets: [String: OutboxTarget]
     /// The webhook receivers, with their signing keys: each has an outbox per app.
     package let webhooks: [WebhookEndpoint]
+    /// Events handed over and not yet queued.
+    let emitting = Atomic<Int>(0)
 
     package init(queue: any OutboxQueue, apps: [AppRuntime], webhooks: [WebhookEndpoint] = []) {
         self.webhooks = webhooks

@@ -10,8 +10,13 @@ extension Registrar {
         guard let outbox, outbox.wantsWebhook(type) else { return }
         let event = WebhookEvent(type: type, app: app, contactID: contactID, token: token, platform: platform, upstreams: upstreams,
                                  reason: reason, requestID: requestID)
-        let metrics = metrics, logger = logger
-        Task { await outbox.emit(event, metrics: metrics, logger: logger) }
+        outbox.emitting(event, metrics: metrics, logger: logger)
+    }
+
+    /// Whether every event handed over was queued within `millis` (see `Outbox.webhooksSettled`).
+    package func webhooksSettled(withinMillis millis: UInt64) async -> Bool {
+        guard let outbox else { return true }
+        return await outbox.webhooksSettled(withinMillis: millis)
     }
 
     /// An outbox delivery given up (`dead_lettered`): which one, and why.

@@ -82,6 +82,27 @@ extension Outbox {
     /// webhooks pays nothing.
     package func wantsWebhook(_ type: WebhookPolicy.Event) -> Bool { webhooks.contains { $0.events.contains(type) } }
 
+    /// Waits until every event handed to `emit` was queued (or refused), for at most `millis`;
+    /// false if some still wait: what a process does before it exits.
+    package func webhooksSettled(withinMillis millis: UInt64) async -> Bool {
+        let deadline = MonotonicClock.nowMillis() + millis
+        while emitting.load(ordering: .acquiring) > 0 {
+            guard MonotonicClock.nowMillis() < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
+    /// Counts an event from the moment it is handed over, before its task runs, so that
+    /// `webhooksSettled` cannot miss one.
+    func emitting(_ event: WebhookEvent, metrics: Metrics, logger: Logger) {
+        emitting.wrappingAdd(1, ordering: .relaxed)
+        Task {
+            await emit(event, metrics: metrics, logger: logger)
+            emitting.wrappingSubtract(1, ordering: .releasing)
+        }
+    }
+
     /// Queues the event for every receiver that takes it, each with a `webhook-id` of its own that
     /// stays with it through every retry and a replay. A store failure is logged and counted.
     package func emit(_ event: WebhookEvent, metrics: Metrics, logger: Logger) async {
