@@ -18,6 +18,8 @@ public struct Policy: Sendable, Equatable {
     public var admin: AdminPolicy?
     /// The signed evidence trail of erasures (top-level `audit`); nil: none is kept.
     public var audit: AuditPolicy?
+    /// Receivers of lifecycle events (top-level `webhooks`), in file order; empty: none.
+    public var webhooks: [WebhookPolicy] = []
     /// The file this policy came from, for messages.
     public var sourcePath: String
     /// Where values that are judged after loading sit in the file, by path

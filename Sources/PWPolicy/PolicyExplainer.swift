@@ -15,6 +15,7 @@ public enum PolicyExplainer {
         lines.append("Policy \(policy.sourcePath) (version \(policy.version)\(serial)): \(policy.apps.count) app(s)")
         lines.append(contentsOf: serverToServer(policy))
         lines.append(contentsOf: evidenceTrail(policy.audit))
+        lines.append(contentsOf: webhooks(policy.webhooks))
         for app in policy.apps {
             lines.append("")
             lines.append(contentsOf: explain(app))

@@ -27,7 +27,8 @@ public enum PolicyExplainerHTML {
             <header><h1>PushWarden policy <code>\(escape(policy.sourcePath))</code></h1>
             <p>Version \(policy.version)\(policy.serial.map { ", serial \($0)" } ?? ""), \(policy.apps.count) app(s). Where data comes from, what the server adds, which hosts receive it and what is kept. Secrets are shown by name only.</p>
             \(serverToServer(policy))
-            \(evidenceTrail(policy.audit))</header>
+            \(evidenceTrail(policy.audit))
+            \(webhooks(policy.webhooks))</header>
             <main>
             <div class="diagrams">
 

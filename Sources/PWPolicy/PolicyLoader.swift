@@ -96,7 +96,7 @@ struct PolicyReader {
     }
 
     func policy(_ root: YAMLNode) -> Policy? {
-        let fields = Fields(checker, root, "", allowed: ["version", "serial", "apps", "store", "admin", "audit"])
+        let fields = Fields(checker, root, "", allowed: ["version", "serial", "apps", "store", "admin", "audit", "webhooks"])
         var version: Int?
         if let node = fields.required("version"), let value = checker.int(node, "version", in: Int.min...Int.max) {
             if value == PolicyLoader.supportedVersion {
@@ -135,9 +135,13 @@ struct PolicyReader {
             audit = self.audit(node, fields.at("audit"))
             auditOK = audit != nil
         }
-        guard let version, let apps, storeValid, adminOK, serialOK, auditOK else { return nil }
-        return Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store,
-                      serial: serial, audit: audit)
+        var webhooks: [WebhookPolicy]? = []
+        if let node = fields["webhooks"] { webhooks = self.webhooks(node) }
+        guard let version, let apps, storeValid, adminOK, serialOK, auditOK, let webhooks else { return nil }
+        var policy = Policy(version: version, apps: apps, admin: admin, sourcePath: sourcePath, locations: checker.locations, store: store,
+                            serial: serial, audit: audit)
+        policy.webhooks = webhooks
+        return policy
     }
 
     /// `audit: {signing_key: SECRET}`: the key that signs the evidence trail's receipts.

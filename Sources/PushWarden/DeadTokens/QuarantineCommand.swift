@@ -55,11 +55,13 @@ public enum QuarantineCommand {
         onlyThisApp.apps = [appPolicy]
         let apps = try await builder.build(onlyThisApp)
         guard let app = apps[appPolicy.id] else { throw ConfigurationError("the policy has no app \(appID)") }
+        // A release removes installations: the receivers hear of it as they would from a sidecar.
+        let outbox = Outbox(queue: OutboxStreams(client: client, sealer: sealer, digests: digests), apps: [app],
+                            webhooks: try Sidecar.webhookEndpoints(policy, hasOutbox: true, secrets: secrets))
         let registrar = Registrar(deduper: Deduper(store: redis, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending),
                                   identities: IdentityStore(store: redis, logger: logger.with(label: "identity"), sealer: sealer, pending: pending),
                                   metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: Outbox(queue: OutboxStreams(client: client, sealer: sealer, digests: digests), apps: [app]),
-                                  inventory: inventory)
+                                  outbox: outbox, inventory: inventory)
         let trail = action == .release ? try Sidecar.auditTrail(policy, store: redis, secrets: secrets) : nil
         let deadTokens = DeadTokens(registrar: registrar, store: RedisDeadTokenStore(store: redis))
         var report = Report()
@@ -82,6 +84,9 @@ public enum QuarantineCommand {
                     if result.hasPrefix("failed") || result == "unreadable" { report.failed += 1 } else { report.handled += 1 }
                 }
                 _ = await DeadTokenRoutes.appendReceipts(outcome.removals, to: trail, app: appPolicy.id, requestID: requestID, logger: logger)
+                if await !outbox.webhooksSettled(withinMillis: 10_000) {
+                    logger.error("webhook events still waiting at exit: they are lost")
+                }
                 if await !pending.flushed(withinMillis: 10_000) {
                     logger.error("store writes still waiting at exit: their records are lost", [("writes", String(pending.count))])
                 }

@@ -189,7 +189,9 @@ public enum OutboxCommand {
         var parts = [shown(message.id), "\(shown(target.app))/\(shown(target.upstream))"]
         switch decoded {
         case .success(let entry):
-            parts += [entry.operation.rawValue, Redact.token(entry.pushToken), "contact \(Redact.contact(entry.contactID))",
+            // A webhook event's `pushToken` is its `webhook-id`: shown as the receiver saw it.
+            parts += [entry.operation.rawValue, entry.operation == .webhook ? "id " + shown(entry.pushToken) : Redact.token(entry.pushToken),
+                      "contact \(Redact.contact(entry.contactID))",
                       "request \(entry.requestID)"]
         case .failure(.unreadable):
             parts.append("sealed entry (cannot be opened with the store keys given)")

@@ -1,5 +1,6 @@
 import Loops
 import PWCore
+import Providers
 import Registration
 
 /// The work a running sidecar does besides answering requests: one outbox worker per upstream and
@@ -10,10 +11,16 @@ enum BackgroundTasks {
     /// renews this process's layout record). Workers look their app up in the running policy on
     /// every pass.
     static func startOutbox(_ outbox: Outbox, apps: AppTable, registrar: Registrar, metrics: Metrics,
-                            loops: [EventLoop], inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
+                            loops: [EventLoop], transport: any UpstreamTransport, inFlight: Int, logger: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
         let inForce = apps.all
         for target in outbox.watched {
+            if let endpoint = outbox.webhook(for: target) {
+                let worker = WebhookWorker(streams: outbox.streams, endpoint: endpoint, app: target.app, transport: transport,
+                                           consumer: outbox.consumer, metrics: metrics, logger: logger, signal: outbox.signal(for: target))
+                tasks.append(Task.detached { await worker.run() })
+                continue
+            }
             if inForce[target.app]?.upstreams.first(where: { $0.adapter.name == target.upstream })?.policy.delivery == .queued {
                 metrics.outboxWatched(app: target.app, upstream: target.upstream)
             }

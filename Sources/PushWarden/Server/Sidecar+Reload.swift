@@ -36,6 +36,9 @@ extension Sidecar {
                 throw ConfigurationError("the store block (store.encryption_key, store.previous_encryption_keys, store.digest_key) changed: "
                                    + "the store keys are read at start only; restart to change them")
             }
+            guard policy.webhooks == webhookPolicies else {
+                throw ConfigurationError("the webhooks block changed: webhook receivers and their secrets are read at start only; restart to change them")
+            }
             adminTokens = try AdminTokens.resolve(policy, secrets: builder.secrets)
             trail = try Self.auditTrail(policy, store: store, secrets: builder.secrets)
             apps = try await builder.build(policy)

@@ -39,6 +39,8 @@ public final class Sidecar: Sendable {
     /// Whether queued deliveries can be kept (the Redis store): a policy that needs them is
     /// refused at start and at reload otherwise.
     let hasOutbox: Bool
+    /// The webhooks served since start: their outboxes and keys are made once.
+    let webhookPolicies: [WebhookPolicy]
     /// The `store` block in force: its keys are read once, at start. A reload that changes it is
     /// refused (restart to change the keys), so the keys in force are always the file's.
     let storePolicy: StorePolicy?
@@ -176,18 +178,21 @@ public final class Sidecar: Sendable {
         let outboxClient = (chosenStore as? RedisStore)?.client
         hasOutbox = outboxClient != nil
         storePolicy = policy.store
+        webhookPolicies = policy.webhooks
         serials = parts.serials
         running = Mutex(Self.version(of: policy, sha256: sha256))
         let sealer: StoreSealer
         let digests: KeyDigest
         let adminTokens: AdminTokens
         let trail: AuditTrail?
+        let webhooks: [WebhookEndpoint]
         do throws(ConfigurationError) {
             try Self.checkQueued(policy, hasOutbox: hasOutbox)
             sealer = try StoreSealer.make(for: policy, secrets: parts.builder.secrets)
             digests = try KeyDigest.make(for: policy, secrets: parts.builder.secrets)
             adminTokens = try AdminTokens.resolve(policy, secrets: parts.builder.secrets)
             trail = try Self.auditTrail(policy, store: chosenStore, secrets: parts.builder.secrets)
+            webhooks = try Self.webhookEndpoints(policy, hasOutbox: hasOutbox, secrets: parts.builder.secrets)
         } catch {
             builder.shutdown()
             throw error
@@ -196,7 +201,8 @@ public final class Sidecar: Sendable {
         let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
         let deduper = Deduper(store: chosenStore, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending)
         let identities = IdentityStore(store: chosenStore, logger: logger.with(label: "identity"), sealer: sealer, pending: pending)
-        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values)) }
+        let outbox = outboxClient.map { Outbox(queue: OutboxStreams(client: $0, sealer: sealer, digests: digests), apps: Array(apps.values),
+                                                    webhooks: webhooks) }
         let inventoryStore: any InventoryStore = (chosenStore as? RedisStore).map { RedisInventoryStore(store: $0) } ?? MemoryInventoryStore()
         let inventory = Inventory(store: inventoryStore, sealer: sealer, digests: digests, logger: logger.with(label: "inventory"))
         let registrar = Registrar(deduper: deduper, identities: identities, metrics: metrics, logger: logger.with(label: "registrar"),
@@ -250,6 +256,7 @@ public final class Sidecar: Sendable {
         // The workers deliver on the client listener's loops, as sync requests do.
         let loops = clientServer.eventLoops
         outboxTasks = (outbox.map { BackgroundTasks.startOutbox($0, apps: table, registrar: registrar, metrics: sharedMetrics, loops: loops,
+                                                     transport: parts.builder.network,
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
             + [BackgroundTasks.startSweeper(registrar: registrar, apps: table, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
                BackgroundTasks.startHeapTrim(), Task.detached { await census.run() }]
@@ -319,6 +326,9 @@ public final class Sidecar: Sendable {
         await clientServer.shutdown(gracePeriodSeconds: gracePeriodSeconds)
         await adminServer.shutdown(gracePeriodSeconds: 1)
         for task in outboxTasks { await task.value }
+        if await !registrar.webhooksSettled(withinMillis: 2000) {
+            logger.error("stopped with webhook events not yet queued: they are lost")
+        }
         let pending = registrar.deduper.pending
         if await !pending.flushed(withinMillis: UInt64(max(1, gracePeriodSeconds) * 1000)) {
             logger.error("stopped with store writes still waiting: their records are lost", [("writes", String(pending.count))])

@@ -18,18 +18,20 @@ extension Registrar {
         guard !holding.isEmpty else { return }
         let key = Self.pendingKey(app: origin.appID, contactID: origin.context.contactID, pushToken: installation.pushToken)
         deduper.pending.cancel(key)
+        let states = Dictionary(outcomes.map { ($0.0, $0.1.name) }, uniquingKeysWith: { first, _ in first })
         do {
-            try await keep(installation, at: holding, origin: origin)
+            try await keep(installation, at: holding, states: states, origin: origin)
         } catch {
             inventoryUnavailable(error, app: origin.appID)
             let later = origin.offLoop
             deduper.pending.add(.inventory, key: key, error: error) { [self] () async throws(StoreError) in
-                try await keep(installation, at: holding, origin: later)
+                try await keep(installation, at: holding, states: states, origin: later)
             }
         }
     }
 
-    private func keep(_ installation: Installation, at holding: [String], origin: Origin) async throws(StoreError) {
+    private func keep(_ installation: Installation, at holding: [String], states: [String: String] = [:],
+                      origin: Origin) async throws(StoreError) {
         let appID = origin.appID
         let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
                                               sessionID: origin.sessionID, sessionTTLMillis: Self.sessionIndexMillis(origin.app.policy),
@@ -37,6 +39,11 @@ extension Registrar {
         if let previous = result.previousOwner {
             _ = try await inventory.forget(digests.token(installation.pushToken, app: appID), contact: previous, app: appID,
                                            on: origin.loop)
+        }
+        if result.previousOwner != nil || result.isNew {
+            emit(result.previousOwner != nil ? .moved : .registered, app: appID, contactID: origin.context.contactID,
+                 token: Redact.token(installation.pushToken), platform: installation.platform.rawValue,
+                 upstreams: holding.map { ($0, states[$0] ?? "forwarded") }, reason: nil, requestID: origin.requestID)
         }
         // The record a build without `store.digest_key` wrote goes, this contact's or the one it
         // moved from: the installation lives under the keyed names now.
@@ -186,6 +193,9 @@ extension Registrar {
                 if try await inventory.forget(kept.stored.token, contact: contact, app: origin.appID, ifStill: kept.stored.raw,
                                               on: origin.loop) {
                     metrics.inventoryRemoved(app: origin.appID, reason: reason.rawValue)
+                    emit(Self.event(of: reason), app: origin.appID, contactID: kept.contactID ?? origin.context.contactID,
+                         token: kept.summaryToken, platform: kept.stored.platform, upstreams: outcomes.map { ($0.0, $0.1.name) },
+                         reason: reason.rawValue, requestID: origin.requestID)
                 }
             } catch {
                 inventoryUnavailable(error, app: origin.appID)

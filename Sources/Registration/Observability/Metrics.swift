@@ -55,6 +55,7 @@ public final class Metrics: Sendable {
         var inventoryTotals: [[String]: UInt64] = [:]     // app
         var inventoryContacts: [[String]: UInt64] = [:]   // app
         var backchannelLogouts: [[String]: UInt64] = [:]  // app, result
+        var webhooks: [[String]: UInt64] = [:]            // event, result
     }
 
     private let state = Mutex(State())
@@ -205,6 +206,12 @@ public final class Metrics: Sendable {
         state.withLock { $0.backchannelLogouts[[app, result], default: 0] += 1 }
     }
 
+    /// A lifecycle event for a webhook receiver: `result` is `queued`, `delivered`, `retried`,
+    /// `dead_lettered` or `unqueued` (the store refused it).
+    public func webhook(event: String, result: String) {
+        state.withLock { $0.webhooks[[event, result], default: 0] += 1 }
+    }
+
     /// The Prometheus text exposition format, version 0.0.4.
     public func render(storeUp: Bool? = nil) -> String {
         let snapshot = state.withLock { $0 }
@@ -260,6 +267,9 @@ public final class Metrics: Sendable {
         family("pushwarden_backchannel_logouts_total",
                "Back-channel logout requests from identity providers by app and result (logged_out, invalid, replayed, not_enabled, unavailable).",
                "counter", ["app", "result"], snapshot.backchannelLogouts)
+        family("pushwarden_webhooks_total",
+               "Lifecycle events for webhook receivers by event and result (queued, delivered, retried, dead_lettered, unqueued).",
+               "counter", ["event", "result"], snapshot.webhooks)
         family("pushwarden_upstream_circuit_state", "Each upstream's circuit breaker by app: 0 closed, 1 open, 2 half-open.", "gauge",
                ["app", "upstream"],
                Dictionary(uniqueKeysWithValues: snapshot.circuitStates.map { ([$0.key.first, $0.key.second], UInt64($0.value)) }))

@@ -381,6 +381,8 @@ package final class Registrar: Sendable {
         }
         if case .holder(let contact, let token, _) = scope, !outcomes.contains(where: { $0.1.isFailure }) {
             await forgetUnregistered(pushToken, contact: contact, token: token, origin: origin)
+            emit(.unregistered, app: origin.appID, contactID: origin.context.contactID, token: Redact.token(pushToken), platform: nil,
+                 upstreams: outcomes.map { ($0.0, $0.1.name) }, reason: nil, requestID: origin.requestID)
         }
         return outcomes
     }

@@ -2,6 +2,7 @@ import Loops
 import PWCore
 import PWPolicy
 import Providers
+import Synchronization
 
 /// The durable outbox of one process: where deliveries are queued (`enqueue`) and the workers that
 /// deliver them, one per upstream, all replicas sharing one consumer group per shard stream.
@@ -28,6 +29,7 @@ package final class Outbox: Sendable {
                 guard !upstream.provider.traits.needsCallerCredential else { return nil }
                 return OutboxTarget(app: app.id, upstream: upstream.name, shards: shards(for: upstream.delivery))
             }
+            + policy.webhooks.indices.map { OutboxTarget(app: app.id, upstream: WebhookEndpoint.upstreamName($0), shards: 1) }
         }
     }
 
@@ -36,8 +38,13 @@ package final class Outbox: Sendable {
     package let consumer: String
     private let signals: [String: OutboxSignal]
     private let targets: [String: OutboxTarget]
+    /// The webhook receivers, with their signing keys: each has an outbox per app.
+    package let webhooks: [WebhookEndpoint]
+    /// Events handed over and not yet queued.
+    let emitting = Atomic<Int>(0)
 
-    package init(queue: any OutboxQueue, apps: [AppRuntime]) {
+    package init(queue: any OutboxQueue, apps: [AppRuntime], webhooks: [WebhookEndpoint] = []) {
+        self.webhooks = webhooks
         streams = queue
         consumer = "pw-" + ProcessUnique.next()
         var signals: [String: OutboxSignal] = [:]
@@ -48,6 +55,11 @@ package final class Outbox: Sendable {
                 targets[key] = OutboxTarget(app: app.policy.id, upstream: caller.adapter.name, shards: Self.shards(for: caller.policy.delivery))
                 signals[key] = OutboxSignal()
             }
+            for endpoint in webhooks {
+                let target = endpoint.target(app: app.policy.id)
+                targets[Self.key(target.app, target.upstream)] = target
+                signals[Self.key(target.app, target.upstream)] = OutboxSignal()
+            }
         }
         self.signals = signals
         self.targets = targets
@@ -57,6 +69,11 @@ package final class Outbox: Sendable {
 
     /// Every upstream this process delivers for, with its streams.
     package var watched: [OutboxTarget] { Array(targets.values) }
+
+    /// The webhook receiver whose events `target` holds; nil for an upstream's outbox.
+    package func webhook(for target: OutboxTarget) -> WebhookEndpoint? {
+        webhooks.first { WebhookEndpoint.upstreamName($0.index) == target.upstream }
+    }
 
     package func signal(for target: OutboxTarget) -> OutboxSignal {
         signals[Self.key(target.app, target.upstream)] ?? OutboxSignal()

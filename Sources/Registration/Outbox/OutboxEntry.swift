@@ -11,6 +11,8 @@ import PWPolicy
 package struct OutboxEntry: Sendable, Equatable {
     package enum Operation: String, Sendable {
         case register, unregister
+        /// A lifecycle event for a webhook receiver: `pushToken` holds its `webhook-id`, `event` its body.
+        case webhook
     }
 
     package var operation: Operation
@@ -24,6 +26,8 @@ package struct OutboxEntry: Sendable, Equatable {
     package var pushToken: String
     /// The validated installation, for a registration.
     var installation: Installation?
+    /// A webhook event's body (it names the contact: sealed like the contact field).
+    var event: String?
 
     static let version = 1
     /// The accept times an entry may carry: the epoch to the end of year 9999 (the contract's
@@ -51,6 +55,9 @@ package struct OutboxEntry: Sendable, Equatable {
         ]
         if let installation {
             members.append(JSONMember("installation", Self.encode(installation, sealer: sealer) { Self.place($0, app: app, upstream: upstream) }))
+        }
+        if let event {
+            members.append(JSONMember("event", .string(sealer.seal(event, boundTo: Self.place("event", app: app, upstream: upstream)))))
         }
         return JSONValue.object(JSONObject(members)).encodedString()
     }
@@ -94,10 +101,18 @@ package struct OutboxEntry: Sendable, Equatable {
                 guard let value = object["installation"]?.objectValue else { return .failure(.missing("installation")) }
                 installation = try decode(value, pushToken: token, sealer: sealer, place: place).get()
             }
-            return .success(OutboxEntry(operation: operation, app: app, upstream: upstream,
-                                        // Logged and listed: only a request id PushWarden could have written is taken.
-                                        contactID: contact, requestID: object["request_id"]?.stringValue.flatMap { RequestID.isSane($0) ? $0 : nil } ?? "-",
-                                        acceptedAtMillis: accepted, pushToken: token, installation: installation))
+            var event: String?
+            if operation == .webhook {
+                guard let sealed = object["event"]?.stringValue else { return .failure(.missing("event")) }
+                guard let opened = sealer.open(sealed, boundTo: place("event")) else { return .failure(.unreadable("event")) }
+                event = opened
+            }
+            var entry = OutboxEntry(operation: operation, app: app, upstream: upstream,
+                                    // Logged and listed: only a request id PushWarden could have written is taken.
+                                    contactID: contact, requestID: object["request_id"]?.stringValue.flatMap { RequestID.isSane($0) ? $0 : nil } ?? "-",
+                                    acceptedAtMillis: accepted, pushToken: token, installation: installation)
+            entry.event = event
+            return .success(entry)
         } catch {
             return .failure(error)
         }

@@ -151,6 +151,7 @@ package final class OutboxWorker: Sendable {
             let decoded = streams.decode(message).flatMap { entry -> Result<OutboxEntry, OutboxEntry.DecodingFailure> in
                 if entry.app != target.app { return .failure(.invalid("app")) }
                 if entry.upstream != target.upstream { return .failure(.invalid("upstream")) }
+                if entry.operation == .webhook { return .failure(.invalid("op")) }  // an event is never sent to a provider
                 return .success(entry)
             }
             let key = (try? decoded.get())?.pushToken ?? "\u{0}" + message.id  // a malformed entry stands alone
@@ -216,6 +217,7 @@ package final class OutboxWorker: Sendable {
                     try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil,
                                                  clearing: entry.registeredToken)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    registrar.emitDeadLettered(entry, reason: "max_age")
                     result.left += 1
                     continue
                 }
@@ -228,6 +230,8 @@ package final class OutboxWorker: Sendable {
                     outcome = await registrar.register(installation, at: caller, from: origin)
                 case .unregister:
                     outcome = await registrar.unregister(entry.pushToken, at: caller, from: origin)
+                case .webhook:
+                    continue
                 }
                 switch outcome {
                 case .forwarded, .unchanged, .skipped, .queued:
@@ -248,6 +252,7 @@ package final class OutboxWorker: Sendable {
                     try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code,
                                                  clearing: entry.registeredToken)
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
+                    registrar.emitDeadLettered(entry, reason: failure.code.rawValue)
                     result.left += 1
                 }
             } catch {
