@@ -66,6 +66,9 @@ import Testing
         #expect(refusals.map { $0["line"] } == [.number("2"), .number("3"), .number("6"), .number("7")], "\(refusals)")
         #expect(refusals.map { $0["code"]?.stringValue } == ["invalid_platform", "invalid_request", "invalid_json", "invalid_request"])
         #expect(refusals.map { $0["field"]?.stringValue } == ["platform", "push_token", nil, "contact_id"])
+        // It echoes the lines, tokens included: the operator's alone.
+        let mode = try FileManager.default.attributesOfItem(atPath: path + ".refused.ndjson")[.posixPermissions] as? Int
+        #expect(mode == 0o600)
         #expect(first.output.joined().contains("3 queued") && first.output.joined().contains(path + ".refused.ndjson"), "\(first.output)")
         // Progress and summary never show a token.
         #expect(!first.progress.isEmpty)
@@ -120,6 +123,31 @@ import Testing
         #expect(Date().timeIntervalSince(started) >= 0.4)
         await h.stop()
         await mock.stop()
+    }
+
+    /// An upstream that takes each user's own credential (Fluxer) cannot be called without the
+    /// user: the import skips it, says so, and `policy explain` names it; as the primary, the import
+    /// refuses to start.
+    @Test func upstreamsThatNeedTheUsersOwnCredentialAreSkipped() async throws {
+        let mock = try MockVoyado(apiKey: "vk"), fluxer = try MockFluxer()
+        let h = try await SidecarHarness(upstreams: OutboxTests.voyado(mock) + "\n" + FluxerTests.upstream(fluxer, role: "shadow"),
+                                         secrets: [.env("VOYADO_KEY"): "vk"])
+        let token = OutboxTests.fcm()
+        let run = try await Self.run(h, try Self.file([Self.line("dora", token)]))
+        #expect(run.report.queued == 1, "\(run.report)")
+        #expect(run.output.contains { $0.contains("upstream fluxer takes each user's own credential: skipped") }, "\(run.output)")
+        #expect(PolicyExplainer.explain(h.policy).contains("queued at 'voyado' through the Redis outbox and kept in the inventory; "
+                                                           + "skipped: 'fluxer' (takes each user's own credential)"))
+        #expect(await OutboxTests.eventually { mock.received(path: "/installations").count == 1 })
+        #expect(fluxer.received.isEmpty)
+        await h.stop()
+
+        let primary = try await SidecarHarness(upstreams: FluxerTests.upstream(fluxer))
+        await #expect(throws: ConfigurationError.self) { _ = try await Self.run(primary, try Self.file([Self.line("dora", token)])) }
+        #expect(PolicyExplainer.explain(primary.policy).contains("Import (pushwarden import): not possible: the primary 'fluxer'"))
+        await primary.stop()
+        await mock.stop()
+        await fluxer.stop()
     }
 
     /// A file that is not one JSON object per line is refused before anything is registered, with

@@ -84,7 +84,10 @@ public enum ImportCommand {
         try reader.checkNDJSON()
 
         let refusedPath = options.refusedPath ?? options.file + ".refused.ndjson"
-        guard let refusedFile = fopen(refusedPath, "w") else {
+        // Refused lines hold tokens: readable by the operator alone.
+        let refusedFD = open(refusedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard refusedFD >= 0, let refusedFile = fdopen(refusedFD, "w") else {
+            if refusedFD >= 0 { Glibc.close(refusedFD) }
             throw ConfigurationError("cannot write the refused lines to \(refusedPath): \(String(cString: strerror(errno)))")
         }
         defer { fclose(refusedFile) }
@@ -261,7 +264,7 @@ public enum ImportCommand {
         if report.refused + report.failed > 0 { text += "; refused and failed lines with their line numbers: \(report.refusedPath)" }
         if report.queued > 0 {
             text += "\n\(report.queued) registrations wait in the outbox: the running sidecars' workers deliver them "
-                + "(none running, they wait; `pushwarden outbox list --app` shows them)"
+                + "(with none running they wait in Redis, up to each upstream's queue.max_age)"
         }
         return text
     }
