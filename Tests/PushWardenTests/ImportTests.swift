@@ -127,10 +127,10 @@ import Testing
 
     /// An upstream that takes each user's own credential (Fluxer) cannot be called without the
     /// user: the import skips it, says so, and `policy explain` names it; as the primary, the import
-    /// refuses to start.
+    /// refuses to start. A `delivery: sync` upstream is reached through its outbox as well.
     @Test func upstreamsThatNeedTheUsersOwnCredentialAreSkipped() async throws {
         let mock = try MockVoyado(apiKey: "vk"), fluxer = try MockFluxer()
-        let h = try await SidecarHarness(upstreams: OutboxTests.voyado(mock) + "\n" + FluxerTests.upstream(fluxer, role: "shadow"),
+        let h = try await SidecarHarness(upstreams: OutboxTests.voyado(mock, delivery: "sync") + "\n" + FluxerTests.upstream(fluxer, role: "shadow"),
                                          secrets: [.env("VOYADO_KEY"): "vk"])
         let token = OutboxTests.fcm()
         let run = try await Self.run(h, try Self.file([Self.line("dora", token)]))

@@ -145,7 +145,7 @@ public enum ImportCommand {
             // A failed line is listed beside the refused ones: the file is what a rerun needs.
             if let refusal = done.refusal { refuse(done.line, refusal.code, refusal.message, field: refusal.field, input: done.input) }
             let now = MonotonicClock.nowNanos()
-            let due = options.terminal ? 200_000_000 : UInt64(options.progressEverySeconds * 1e9)
+            let due = options.terminal ? 200_000_000 : UInt64(min(max(options.progressEverySeconds, 0), 86_400) * 1e9)
             if now - lastProgress >= due {
                 lastProgress = now
                 progress(progressText(report, fraction: reader.fraction, since: start, bar: options.terminal))
@@ -181,7 +181,8 @@ public enum ImportCommand {
                     continue
                 }
                 // Paced: line n starts no sooner than n / rate seconds after the first.
-                let due = start + UInt64(Double(report.lines - 1) / rate * 1e9)
+                let offset = Double(report.lines - 1) / rate * 1e9
+                let due = offset < 1e18 ? start + UInt64(offset) : UInt64.max
                 let now = MonotonicClock.nowNanos()
                 if due > now { try? await Task.sleep(nanoseconds: due - now) }
                 if inFlight >= window, let done = await group.next() {
