@@ -88,6 +88,22 @@ import Testing
         await mock.stop()
     }
 
+    /// A line longer than `client.max_body`, even one longer than the read buffer, is refused as
+    /// `payload_too_large` with only its start echoed; the lines after it still count from there.
+    @Test func overlongLinesAreRefusedAndTheRestGoOn() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await OutboxTests.harness(OutboxTests.voyado(mock), key: "vk")
+        let padding = { (bytes: Int) in #"{"contact_id":"e","platform":"android","push_token":"fcm-1","device_model":""# + String(repeating: "x", count: bytes) + #""}"# }
+        let path = try Self.file([padding(20_000), padding(200_000), Self.line("erin", OutboxTests.fcm())])
+        let run = try await Self.run(h, path)
+        #expect(run.report.lines == 3 && run.report.refused == 2 && run.report.queued == 1, "\(run.report)")
+        let refusals = try Self.refused(path)
+        #expect(refusals.map { $0["line"] } == [.number("1"), .number("2")])
+        #expect(refusals.allSatisfy { $0["code"]?.stringValue == "payload_too_large" && ($0["input"]?.stringValue?.utf8.count ?? .max) <= 256 })
+        await h.stop()
+        await mock.stop()
+    }
+
     /// Imported while the upstream is down: the lines wait in the outbox (a run meanwhile queues
     /// nothing twice) and are delivered once it recovers.
     @Test func anImportIntoADownUpstreamDeliversAfterItRecovers() async throws {
