@@ -200,7 +200,23 @@ public enum PolicyExplainer {
         out.append("  Dedupe: an unchanged registration is re-sent at most every \(Values.formatMillis(app.dedupe.refreshAfterSeconds * 1000))")
         out.append("  Inventory: " + inventorySummary(app))
         out.append("  Dead-token reports: " + deadTokenSummary(app))
+        out.append("  Import (pushwarden import): " + importSummary(app))
         return out
+    }
+
+    /// Where `pushwarden import` sends an app's lines, and the upstreams it cannot reach.
+    public static func importSummary(_ app: AppPolicy) -> String {
+        let caller = app.upstreams.filter { $0.provider.traits.needsCallerCredential }
+        if let primary = app.upstreams.first(where: { $0.role == .primary }), primary.provider.traits.needsCallerCredential {
+            return "not possible: the primary '\(primary.name)' takes each user's own credential"
+        }
+        let queued = app.upstreams.filter { !$0.provider.traits.needsCallerCredential }.map { "'\($0.name)'" }
+        var text = "each line (contact_id and a registration's fields) validated as a client registration, queued at "
+            + queued.joined(separator: ", ") + " through the Redis outbox and kept in the inventory"
+        if !caller.isEmpty {
+            text += "; skipped: " + caller.map { "'\($0.name)'" }.joined(separator: ", ") + " (takes each user's own credential)"
+        }
+        return text
     }
 
     /// What the inventory keeps for the app and when it lets installations go.

@@ -361,6 +361,7 @@ public enum PolicyExplainerHTML {
                                       ?? "kept until unregistered or erased")))
         lines.append(Box.Line("  dead-token reports remove at most \(app.deadTokens.maxShareText) (dead_tokens.max_share) or \(app.deadTokens.minCount) "
                               + "(dead_tokens.min_count) a minute, whichever is more; the rest are held in quarantine"))
+        lines.append(Box.Line("  pushwarden import: " + PolicyExplainer.importSummary(app)))
         lines.append(Box.Line("encryption at rest (store.encryption_key):", "strong"))
         if let store {
             let previous = store.previousEncryptionKeys.count

@@ -15,6 +15,7 @@ let usage = """
       pushwarden healthcheck [--admin HOST:PORT]
       pushwarden outbox list|replay|drop --redis URL [--policy FILE] [--policy-key PUBLIC.pem] [--app APP] [--upstream NAME]
       pushwarden tokens quarantine list|release|drop --policy FILE --redis URL --app APP [--token tok:1a2b3c4d,...]
+      pushwarden import --policy FILE --redis URL --app APP [--rate N/s] [--refused PATH] [--policy-key PUBLIC.pem] FILE.ndjson
       pushwarden audit verify --redis URL --key PUBLIC.pem [--key OLDER.pem]... [--app APP]...
 
     environment (flags win): PUSHWARDEN_POLICY, PUSHWARDEN_LISTEN, PUSHWARDEN_ADMIN, PUSHWARDEN_REDIS_URL,

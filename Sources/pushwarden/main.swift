@@ -14,6 +14,7 @@ case "healthcheck": await healthcheck(arguments.dropFirst())
 case "outbox": await outboxCommand(arguments.dropFirst())
 case "audit": await auditCommand(arguments.dropFirst())
 case "tokens": await tokensCommand(arguments.dropFirst())
+case "import": await importCommand(arguments.dropFirst())
 case "-h", "--help", "help": print(usage); exit(0)
 default: fail(usage)
 }

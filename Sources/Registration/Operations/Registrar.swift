@@ -219,7 +219,7 @@ package final class Registrar: Sendable {
     /// Queues a registration for a `delivery: queued` upstream: `unchanged` when the upstream has
     /// it already, `queued` (without queueing it twice) when the same registration already waits.
     /// Answered `queued` only once Redis holds the delivery.
-    private func enqueue(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
+    func enqueue(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
                          cached: String??, origin: Origin) async -> UpstreamOutcome {
         let store = deduper.store
         var current: String?? = cached
