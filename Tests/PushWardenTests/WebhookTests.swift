@@ -346,8 +346,8 @@ import Testing
         await receiver.stop()
     }
 
-    @Test func thePolicyRefusesPlainHTTPToAnotherHostAndUnknownEvents() {
-        let yaml = """
+    /// A policy's one app, for the tests that read only its `webhooks` block.
+    static let oneApp = """
             version: 1
             apps:
               shop:
@@ -356,6 +356,11 @@ import Testing
                 dedupe: {refresh_after: 1h}
                 upstreams:
                   - {name: voyado, provider: voyado, base_path: https://v.example/api, api_key: {env: K}}
+
+            """
+
+    @Test func thePolicyRefusesPlainHTTPToAnotherHostAndUnknownEvents() {
+        let yaml = Self.oneApp + """
             webhooks:
               - url: http://hooks.example.com/pw
                 secret: {env: W}
@@ -371,15 +376,7 @@ import Testing
     }
 
     @Test func explainNamesTheReceivingHostsAndTheSecretByNameOnly() throws {
-        let yaml = """
-            version: 1
-            apps:
-              shop:
-                session: {type: jwt, algorithms: [HS256], hmac_secret: {env: S}, issuer: https://a, audience: b, contact_claim: c}
-                client: {platforms: [ios]}
-                dedupe: {refresh_after: 1h}
-                upstreams:
-                  - {name: voyado, provider: voyado, base_path: https://v.example/api, api_key: {env: K}}
+        let yaml = Self.oneApp + """
             webhooks:
               - url: https://crm.example.com/hooks/pushwarden
                 secret: {env: CRM_WEBHOOK_SECRET}

@@ -33,35 +33,9 @@ public enum QuarantineCommand {
         guard let appPolicy = policy.apps.first(where: { TextRules.bytesEqual($0.id, appID) }) else {
             throw ConfigurationError("the policy has no app \(appID)")
         }
-        let sealer = try StoreSealer.make(for: policy, secrets: secrets)
-        let digests = try KeyDigest.make(for: policy, secrets: secrets)
-        let client = try RedisClient.forCommand(redisURL)
-        defer { client.close() }
-        let redis = RedisStore(client: client)
-        let inventory = Inventory(store: RedisInventoryStore(store: redis), sealer: sealer, digests: digests, logger: logger.with(label: "inventory"))
-        let metrics = Metrics()
-        let pending = PendingWrites(metrics: metrics, logger: logger.with(label: "store"))
-        let network: HTTPClient
-        do {
-            network = try HTTPClient(configuration: HTTPClientConfiguration())
-        } catch {
-            throw ConfigurationError("cannot start the upstream HTTP client: \(error.detail)")
-        }
-        defer { network.shutdown() }
-        let builder = AppBuilder(secrets: secrets, network: network, metrics: metrics, logger: logger, jwksTiming: JWKSTiming())
-        defer { builder.shutdown() }
-        // Only this app: another app's identity provider has no say in a release.
-        var onlyThisApp = policy
-        onlyThisApp.apps = [appPolicy]
-        let apps = try await builder.build(onlyThisApp)
-        guard let app = apps[appPolicy.id] else { throw ConfigurationError("the policy has no app \(appID)") }
-        // A release removes installations: the receivers hear of it as they would from a sidecar.
-        let outbox = Outbox(queue: OutboxStreams(client: client, sealer: sealer, digests: digests), apps: [app],
-                            webhooks: try Sidecar.webhookEndpoints(policy, hasOutbox: true, secrets: secrets))
-        let registrar = Registrar(deduper: Deduper(store: redis, metrics: metrics, logger: logger.with(label: "dedupe"), pending: pending),
-                                  identities: IdentityStore(store: redis, logger: logger.with(label: "identity"), sealer: sealer, pending: pending),
-                                  metrics: metrics, logger: logger.with(label: "registrar"),
-                                  outbox: outbox, inventory: inventory)
+        let runtime = try await CommandRuntime(policy: policy, app: appPolicy, redisURL: redisURL, secrets: secrets, logger: logger)
+        defer { runtime.close() }
+        let (app, redis, registrar, outbox, pending) = (runtime.app, runtime.redis, runtime.registrar, runtime.outbox, runtime.pending)
         let trail = action == .release ? try Sidecar.auditTrail(policy, store: redis, secrets: secrets) : nil
         let deadTokens = DeadTokens(registrar: registrar, store: RedisDeadTokenStore(store: redis))
         var report = Report()
