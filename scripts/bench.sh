@@ -204,9 +204,9 @@ run() {
   # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
   local perf_target=
   case $name in
-    pw_hit_hs256|pw_hit_es256|pw_hit_reused|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
+    pw_hit_hs256|pw_hit_nolimits|pw_hit_es256|pw_hit_reused|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
     base_hit_hs256|base_forwarded) perf_target=$base_pid ;;
-    cluster_hit_hs256|cluster_forwarded) perf_target=$cluster_pid ;;
+    cluster_hit_hs256|cluster_hit_nolimits|cluster_forwarded) perf_target=$cluster_pid ;;
   esac
   if [[ -n $PERF && -n $perf_target ]]; then
     mkdir -p bench-out
@@ -279,9 +279,11 @@ register_lua=scripts/bench/register.lua
 warm_seconds=$(( POOL * (LATENCY_MS + 5) / 256 / 1000 * 2 + 3 ))
 echo "warming the dedupe cache (${warm_seconds}s per app)..." >&2
 LUA=$register_lua run warmup_hs256 "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+want hit && LUA=$register_lua run warmup_nolimits "http://127.0.0.1:$pw_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
 # Twice as long on the cluster: its forwards (and their inventory writes, three slots on three
 # nodes) are slower, and a short warm-up leaves misses in the hit row.
 want cluster && LUA=$register_lua run warmup_cluster "http://127.0.0.1:$cluster_port" 256 "$(( warm_seconds * 2 ))s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+want cluster && want hit && LUA=$register_lua run warmup_cluster_nolimits "http://127.0.0.1:$cluster_port" 256 "$(( warm_seconds * 2 ))s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
 # The baseline may keep its dedupe entries under other keys: it warms its own.
 [[ -n $PW_BASELINE ]] && LUA=$register_lua run warmup_baseline "http://127.0.0.1:$base_port" 256 "${warm_seconds}s" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
 # App benchi: each pooled session introspected once (and its token registered), so its cache is warm.
@@ -307,8 +309,11 @@ if want hit; then
   # The same with P1's own requests and a hit's answer: the HTTP exchange a hit cannot avoid.
   LUA=$register_lua run floor_hit_shape "http://127.0.0.1:$floor_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  # The same hits on app benchn, which has no rate limits: the price of the limits is the ratio.
+  LUA=$register_lua run pw_hit_nolimits "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_hs256 "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  want cluster && LUA=$register_lua run cluster_hit_nolimits "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
 if want tail && want hit; then

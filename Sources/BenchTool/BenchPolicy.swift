@@ -17,11 +17,15 @@ enum BenchPolicy {
     /// again), and app `benchr`, the same ES256 sessions with accepted ones kept, is for the
     /// sessions-reused row. With `bytes`, app `benchm` (HS256, like `bench`) for the Redis-bytes
     /// row, whose installations no other row registers.
+    /// Every app limits each contact's requests (`client.rate_limits`), as the example policy does,
+    /// at rates the rows never reach: what the rows measure is the limit's cost, not its refusals.
+    /// App `benchn`, `bench` without the limits, is the row that shows their price.
     static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil,
                      admin: Bool = false, reused: Bool = false, bytes: Bool = false) -> String {
         var text = "version: 1\napps:\n"
         let hs256 = "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n"
         text += app("bench", session: hs256, mockPort: mockPort)
+        text += app("benchn", session: hs256, mockPort: mockPort, limited: false)
         if bytes { text += app("benchm", session: hs256, mockPort: mockPort) }
         if let jwksPath {
             let es256 = "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n"
@@ -47,14 +51,19 @@ enum BenchPolicy {
         return text
     }
 
-    private static func app(_ name: String, type: String = "jwt", session: String, mockPort: Int, claims: Bool = true, extra: String = "") -> String {
+    /// Per contact and route: the example policy's routes at 50 times its rates (a pooled contact
+    /// sends a few requests a second at most, in the longest row).
+    static let rateLimits = "{register: 1000/min, unregister: 2000/min, events: 6000/min}"
+
+    private static func app(_ name: String, type: String = "jwt", session: String, mockPort: Int, claims: Bool = true,
+                            limited: Bool = true, extra: String = "") -> String {
         """
           \(name):
             session:
               type: \(type)
         \(session)\(claims ? "      issuer: https://auth.bench\n      audience: bench\n" : "")    client:
               platforms: [android, ios]
-            dedupe:
+        \(limited ? "      rate_limits: \(rateLimits)\n" : "")    dedupe:
               refresh_after: 1d
             upstreams:
               - name: voyado

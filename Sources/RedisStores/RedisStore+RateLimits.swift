@@ -1,35 +1,64 @@
 import Loops
 import PWCore
+import RedisClient
 import Registration
 
-/// The per-contact limits every replica on this Redis shares: one script per admitted request,
-/// one key per app, route and contact under the contact's hash tag, Redis's own clock.
+/// The per-contact rate-limit counters every replica on this Redis shares: plain `SET NX PX` and
+/// `INCRBY` (a fraction of a script's cost), one counter per contact, route and window under the
+/// contact's hash tag, so a cluster routes each to the contact's node.
 extension RedisStore: SharedRateLimits {
-    /// KEYS[1] the contact's state for the route: its theoretical arrival time (ms, as text).
-    /// ARGV[1] requests, ARGV[2] period (ms). Returns 0 when admitted, else the milliseconds
-    /// until a request would be.
-    static let gcraScript = LuaScript("""
-        local time = redis.call('TIME')
-        local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-        local period = tonumber(ARGV[2])
-        local interval = period / tonumber(ARGV[1])
-        local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-        if tat < now then tat = now end
-        local admitAt = tat + interval - period
-        if now < admitAt then return math.ceil(admitAt - now) end
-        tat = tat + interval
-        redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now))
-        return 0
-        """)
-
-    package func admit(_ key: String, requests: Int, periodMillis: UInt64, on loop: EventLoop,
-                       completion: @escaping (Result<Int64, StoreError>) -> Void) {
-        evaluate(Self.gcraScript, keys: [key], arguments: [String(requests), String(periodMillis)], on: loop) { result in
-            switch result {
-            case .success(.integer(let wait)): completion(.success(wait))
-            case .success: completion(.failure(StoreError(.unexpectedReply, "unexpected reply")))
-            case .failure(let error): completion(.failure(error))
+    package func add(_ counts: [RateWindowCount], on loop: EventLoop, completion: @escaping (Result<[Int64], StoreError>) -> Void) {
+        guard !counts.isEmpty else {
+            completion(.success([]))
+            return
+        }
+        let batch = RateCountBatch(count: counts.count, completion: completion)
+        for (index, count) in counts.enumerated() {
+            let key = Array(count.key.utf8)
+            // Made with its expiry first, so that no counter outlives its windows; the INCRBY that
+            // follows on the same connection keeps that expiry.
+            if let ttl = count.ttlMillis {
+                client.send(bytes: [Self.setCommand, key, Self.zero, Self.pxOption, Array(String(max(ttl, 1)).utf8), Self.nxOption],
+                            on: loop) { _ in }
+            }
+            client.send(bytes: [Self.incrbyCommand, key, Array(String(count.count).utf8)], on: loop) { result in
+                switch result {
+                case .success(.integer(let total)): batch.deliver(index, .success(total))
+                case .success(.error(let message)): batch.deliver(index, .failure(StoreError(replied: message)))
+                case .success: batch.deliver(index, .failure(StoreError(.unexpectedReply, "unexpected INCRBY reply")))
+                case .failure(let error): batch.deliver(index, .failure(StoreError(error)))
+                }
             }
         }
+    }
+
+    private static let setCommand = Array("SET".utf8)
+    private static let zero = Array("0".utf8)
+    private static let pxOption = Array("PX".utf8)
+    private static let nxOption = Array("NX".utf8)
+    private static let incrbyCommand = Array("INCRBY".utf8)
+}
+
+/// The totals of one `add`, joined on its loop: the first failure fails the whole batch.
+private final class RateCountBatch {
+    private var totals: [Int64]
+    private var remaining: Int
+    private var failure: StoreError?
+    private let completion: (Result<[Int64], StoreError>) -> Void
+
+    init(count: Int, completion: @escaping (Result<[Int64], StoreError>) -> Void) {
+        totals = Array(repeating: 0, count: count)
+        remaining = count
+        self.completion = completion
+    }
+
+    func deliver(_ index: Int, _ result: Result<Int64, StoreError>) {
+        switch result {
+        case .success(let total): totals[index] = total
+        case .failure(let error): failure = failure ?? error
+        }
+        remaining -= 1
+        guard remaining == 0 else { return }
+        completion(failure.map { .failure($0) } ?? .success(totals))
     }
 }

@@ -53,6 +53,11 @@ p1 = ratio(rps("pw_hit_hs256"), rps("floor_redis"))
 scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('floor_redis'):.0f} (floor + GET)", ">= 0.70x floor",
          f"{p1:.2f}x (nginx {ratio(rps('pw_hit_hs256'), rps('nginx_static')):.2f}x"
          + (f", P1's shape {ratio(rps('pw_hit_hs256'), rps('floor_hit_shape')):.2f}x" if rps("floor_hit_shape") else "") + ")", p1 >= 0.7)
+# The price of the shared rate limits: P1 (app bench, limits on, as the example policy) against
+# the same hits on app benchn (no limits), measured one right after the other.
+pl = ratio(rps("pw_hit_hs256"), rps("pw_hit_nolimits"))
+scenario("pw_hit_nolimits", "P1 without rate limits (their price)", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1, limits on)",
+         "P1 >= 0.85x this", f"P1 is {pl:.2f}x this", pl >= 0.85)
 # An introspected session served from the warm cache, against P1 with HS256 in the same run.
 pi = ratio(rps("pw_hit_introspect"), rps("pw_hit_hs256"))
 scenario("pw_hit_introspect", "P1 dedupe hit, introspected session (cache warm)", facts.get("hit_conns"),
@@ -76,6 +81,10 @@ if "cluster_hit_hs256" in rows:
     c1 = ratio(rps("cluster_hit_hs256"), rps("pw_hit_hs256"))
     scenario("cluster_hit_hs256", "P1 hit HS256 on Redis Cluster", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1)",
              ">= 0.90x P1", f"{c1:.2f}x", c1 >= 0.9)
+if "cluster_hit_nolimits" in rows:
+    cl = ratio(rps("cluster_hit_hs256"), rps("cluster_hit_nolimits"))
+    scenario("cluster_hit_nolimits", "P1 on Redis Cluster without rate limits", facts.get("hit_conns"),
+             f"{rps('cluster_hit_hs256'):.0f} (cluster P1)", "P1 >= 0.85x this", f"P1 is {cl:.2f}x this", cl >= 0.85)
 if "cluster_forwarded" in rows:
     c2 = ratio(rps("cluster_forwarded"), rps("pw_forwarded"))
     scenario("cluster_forwarded", "P2 forwarded on Redis Cluster", facts.get("fwd_conns"), f"{rps('pw_forwarded'):.0f} (P2)",

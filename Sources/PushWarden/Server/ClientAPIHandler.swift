@@ -113,6 +113,11 @@ public final class ClientAPIHandler: HTTPHandler {
         case .success(let value):
             accepted = value
         }
+        if case .register(let installation) = accepted.body {
+            // The rate limit goes to Redis with the registration's dedupe lookups: one round trip.
+            register(installation, accepted, on: loop, responder: responder)
+            return
+        }
         // With Redis the check is a script on this loop's connection: no task, no thread hop.
         rateLimiter.admit(app: accepted.app.policy, route: accepted.routeLabel, contactID: accepted.session.contactID,
                           on: loop) { [self] refusal in
@@ -147,10 +152,11 @@ public final class ClientAPIHandler: HTTPHandler {
         }
     }
 
-    /// A registration, handed to the registrar once: it answers a dedupe hit right here on the
-    /// loop, and anything else from a task of its own.
+    /// A registration, handed to the registrar once with its rate limit: it answers a dedupe hit
+    /// right here on the loop, and anything else from a task of its own.
     private func register(_ installation: Installation, _ accepted: Accepted, on loop: EventLoop, responder: HTTPResponder) {
-        registrar.register(installation, from: accepted.origin, on: loop) { [self] result in
+        let admission = rateLimiter.admission(app: accepted.app.policy, route: accepted.routeLabel, contactID: accepted.session.contactID)
+        registrar.register(installation, from: accepted.origin, on: loop, admission: admission) { [self] result in
             switch result {
             case .success(let outcomes): responder.respond(answer(upstreams(outcomes, accepted), accepted))
             case .failure(let refusal): responder.respond(answer(.failure(refusal), accepted))

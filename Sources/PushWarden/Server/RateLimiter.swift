@@ -4,36 +4,63 @@ import PWPolicy
 import Registration
 import Synchronization
 
-/// Per-contact request limits from the policy (`client.rate_limits`).
+/// Per-contact request limits from the policy (`client.rate_limits`): at most N requests per
+/// period, counted in windows of one period aligned to the epoch, the previous window weighted by
+/// the part of it still within the last period (a sliding window, approximated).
 ///
-/// - With the Redis store (one Redis or a cluster) the limit is shared by every PushWarden process
-///   on it: one script per admitted request (GCRA, one key per app, route and contact under the
-///   contact's hash tag, Redis's own clock), sent on the request loop's own connection. A limit of
-///   N per period admits a burst of N, then one request every period/N; `Retry-After` is the time
-///   until the next one would be admitted. When Redis does not answer, the request is admitted:
-///   a limit is not worth refusing registrations for. That is logged (bounded) and counted in
-///   `pushwarden_rate_limit_fallback_total`.
-/// - With the memory store, counts are kept in this process only, as fixed windows, and checked
-///   synchronously: with several processes each enforces the limit on its own share of the traffic.
+/// Each process decides from what it knows, on the request's thread, with no store round trip:
+/// the count every replica had in the store when it last heard, plus what it admitted itself
+/// since. Once a second (`syncMillis`) it adds what it admitted to the shared counters (the
+/// Redis store, one or a cluster) in one write, and the replies bring back the other replicas'
+/// counts. A process admits at most `share` requests per contact and route that the store has not
+/// heard of; the next one waits for that contact's count to be added (one round trip, with a
+/// registration's dedupe lookups). So R replicas admit at most N + R × share per window, with
+/// share = max(1, N × 1 s / period); one replica admits at most N.
+///
+/// When the store does not answer, each process goes on counting what it admitted itself (as with
+/// the memory store), and a request that needed the store is admitted: a limit is not worth
+/// refusing registrations for. That is logged (bounded) and counted in
+/// `pushwarden_rate_limit_fallback_total`. Without a store (the memory store) every process
+/// counts alone.
 final class RateLimiter: Sendable {
-    private struct Window {
-        var start: UInt64
-        var count: Int
+    /// How often the counts meet in the store.
+    static let syncMillis: Int64 = 1000
+
+    private struct Counter {
+        /// The contact's key for the route in the store; each window's counter appends its index.
+        let storeKey: String
+        /// The limit's period, in milliseconds.
+        var periodMillis: Int64
+        /// The window (epoch milliseconds / period) the counts below are for.
+        var window: Int64
+        /// The previous window's count, as last known.
+        var previous: Int64 = 0
+        /// What the store last said this window holds (every replica's admissions it has heard of).
+        var known: Int64 = 0
+        /// Admitted here since, and not sent yet.
+        var unsent: Int64 = 0
+        /// Admitted here and on their way to the store.
+        var sending: Int64 = 0
+        /// Whether the store has this window's counter with its expiry (made by this process's
+        /// `SET NX PX`, answered): until then every addition sends it again.
+        var made = false
+
+        var current: Int64 { known + unsent + sending }
+
+        /// What is unsent, for this window's counter in the store; its expiry the first time.
+        func outgoing() -> RateWindowCount {
+            RateWindowCount(key: storeKey + ":" + String(window), count: unsent, ttlMillis: made ? nil : 2 * periodMillis)
+        }
     }
 
-    private struct State {
-        var windows: [String: Window] = [:]
-        var lastSweep: UInt64 = 0
-    }
-
-    private let state = Mutex(State())
+    private let counters = Mutex([String: Counter]())
     private let shared: (any SharedRateLimits)?
     /// Names each contact's counters, as the contact's other keys are named.
     private let digests: KeyDigest
     private let metrics: Metrics
     private let logger: Logger
 
-    /// - Parameter shared: where the limits are shared (the Redis store); nil keeps them in this process.
+    /// - Parameter shared: where the counts are shared (the Redis store); nil counts in this process only.
     init(shared: (any SharedRateLimits)?, digests: KeyDigest, metrics: Metrics, logger: Logger) {
         self.shared = shared
         self.digests = digests
@@ -41,61 +68,213 @@ final class RateLimiter: Sendable {
         self.logger = logger
     }
 
+    /// Requests a process admits per contact, route and window that the store has not heard of.
+    static func share(_ limit: ClientPolicy.RateLimit) -> Int64 {
+        let perSync = Double(limit.requests) * Double(syncMillis) / (Double(max(limit.perSeconds, 1)) * 1000)
+        return Int64(max(1, min(perSync.rounded(.down), 1e12)))
+    }
+
     /// Calls `completion` on `loop`'s thread with nil when the request is admitted, or with
-    /// `429 rate_limited` and its `Retry-After`. Without a limit for the route, and with the
-    /// memory store, before returning. Call on `loop`.
+    /// `429 rate_limited` and its `Retry-After`: before returning, unless the contact's count must
+    /// reach the store first. Call on `loop`.
     func admit(app: AppPolicy, route: String, contactID: String, on loop: EventLoop,
                completion: @escaping (ContractError?) -> Void) {
         guard let limit = app.client.rateLimits[route] else {
             completion(nil)
             return
         }
-        guard let shared else {
-            completion(admitLocally(app: app, route: route, contactID: contactID, limit: limit))
+        check(app: app.id, route: route, contactID: contactID, limit: limit, on: loop, completion: completion)
+    }
+
+    /// The check as a registration's admission, started with its dedupe lookups; nil when the
+    /// route has no limit.
+    func admission(app: AppPolicy, route: String, contactID: String) -> Registrar.Admission? {
+        guard let limit = app.client.rateLimits[route] else { return nil }
+        let appID = app.id
+        return { [self] loop, verdict in check(app: appID, route: route, contactID: contactID, limit: limit, on: loop, completion: verdict) }
+    }
+
+    private enum Decision {
+        case admitted
+        case refused(retryAfterSeconds: Int)
+        /// The store must hear of `count` first (the process's share is used up).
+        case send(RateWindowCount, window: Int64)
+    }
+
+    /// Decides, or sends the contact's count first when this process's share is used up and
+    /// decides again once the store has answered (again and again while a burst keeps using the
+    /// share up: each round admits or refuses at least one request). Without an answer it decides
+    /// by this process's own count, and what it then admits is the fallback.
+    private func check(app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, on loop: EventLoop,
+                       mayWait: Bool = true, completion: @escaping (ContractError?) -> Void) {
+        let name = app + "\u{0}" + route + "\u{0}" + contactID
+        let storeKey = { [digests] in digests.contact(contactID, app: app).rateLimit(route: route) }
+        let decision = decide(name, limit: limit, now: Int64(SystemClock.epochMillis()), mayWait: mayWait && shared != nil, storeKey: storeKey)
+        guard case .send(let count, let window) = decision, let shared else {
+            completion(refusal(decision, route: route))
             return
         }
-        let key = digests.contact(contactID, app: app.id).rateLimit(route: route)
-        shared.admit(key, requests: limit.requests, periodMillis: UInt64(limit.perSeconds) * 1000, on: loop) { [self] result in
-            completion(verdict(result, app: app.id, route: route))
-        }
-    }
-
-    private func verdict(_ result: Result<Int64, StoreError>, app: String, route: String) -> ContractError? {
-        let why: String
-        switch result {
-        case .success(let wait):
-            guard wait > 0 else { return nil }
-            let seconds = Int((wait + 999) / 1000)
-            return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: max(1, seconds))
-        case .failure(let error):
-            why = error.detail
-        }
-        metrics.rateLimitFallback(app: app)
-        logger.bounded(.warning, "rate limit store unavailable; request admitted", key: app,
-                       [("app", app), ("route", route), ("error", why)])
-        return nil
-    }
-
-    private func admitLocally(app: AppPolicy, route: String, contactID: String, limit: ClientPolicy.RateLimit) -> ContractError? {
-        let windowMillis = UInt64(limit.perSeconds) * 1000
-        let key = app.id + "\u{0}" + route + "\u{0}" + contactID
-        let retryAfter: Int? = state.withLock { state in
-            // Read under the lock: a time read before it could precede a window another thread
-            // started meanwhile, and the unsigned differences below would trap.
-            let now = MonotonicClock.nowMillis()
-            if now - state.lastSweep > 60_000 {
-                state.windows = state.windows.filter { now - $0.value.start < 3_600_000 }
-                state.lastSweep = now
+        shared.add([count], on: loop) { [self] result in
+            guard settle(name, window: window, count: count.count, result: result) else {
+                let decision = decide(name, limit: limit, now: Int64(SystemClock.epochMillis()), mayWait: false, storeKey: storeKey)
+                if case .admitted = decision {
+                    metrics.rateLimitFallback(app: app)
+                    logger.bounded(.warning, "rate limit store unavailable; request admitted", key: app,
+                                   [("app", app), ("route", route), ("error", result.failureDetail)])
+                }
+                completion(refusal(decision, route: route))
+                return
             }
-            var window = state.windows[key] ?? Window(start: now, count: 0)
-            if now - window.start >= windowMillis { window = Window(start: now, count: 0) }
-            window.count += 1
-            state.windows[key] = window
-            guard window.count > limit.requests else { return nil }
-            let remaining = windowMillis - (now - window.start)
-            return Int((remaining + 999) / 1000)
+            check(app: app, route: route, contactID: contactID, limit: limit, on: loop, completion: completion)
         }
-        guard let retryAfter else { return nil }
-        return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: retryAfter)
+    }
+
+    private func refusal(_ decision: Decision, route: String) -> ContractError? {
+        guard case .refused(let seconds) = decision else { return nil }
+        return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: seconds)
+    }
+
+    /// Counts the request in when it fits: refused when the contact is at its limit as far as this
+    /// process knows, sent first when the process's share is used up and `mayWait`.
+    private func decide(_ name: String, limit: ClientPolicy.RateLimit, now: Int64, mayWait: Bool,
+                        storeKey: () -> String) -> Decision {
+        let period = Int64(max(limit.perSeconds, 1)) * 1000
+        let window = now / period
+        return counters.withLock { counters in
+            var counter = counters[name] ?? Counter(storeKey: storeKey(), periodMillis: period, window: window)
+            defer { counters[name] = counter }
+            if counter.window != window || counter.periodMillis != period {
+                counter.previous = counter.window == window - 1 && counter.periodMillis == period ? counter.current : 0
+                counter.periodMillis = period
+                (counter.known, counter.unsent, counter.sending, counter.window, counter.made) = (0, 0, 0, window, false)
+            }
+            let elapsed = Double(now - window * period)
+            let previousWeight = Double(counter.previous) * (1 - elapsed / Double(period))
+            let requests = Double(limit.requests)
+            if previousWeight + Double(counter.current) + 1 > requests {
+                let wait = Self.waitMillis(previous: Double(counter.previous), current: Double(counter.current), requests: requests,
+                                           elapsed: elapsed, period: Double(period))
+                return .refused(retryAfterSeconds: Int(max(1, min((wait / 1000).rounded(.up), 1e9))))
+            }
+            if mayWait, counter.unsent + counter.sending >= Self.share(limit) {
+                let count = counter.outgoing()
+                counter.sending += counter.unsent
+                counter.unsent = 0
+                return .send(count, window: window)
+            }
+            counter.unsent += 1
+            return .admitted
+        }
+    }
+
+    /// Takes the store's answer for `count`, added to window `window`: true when it answered.
+    @discardableResult
+    private func settle(_ name: String, window: Int64, count: Int64, result: Result<[Int64], StoreError>) -> Bool {
+        counters.withLock { counters in
+            guard var counter = counters[name] else { return }
+            defer { counters[name] = counter }
+            if counter.window == window {
+                counter.sending = max(0, counter.sending - count)
+                switch result {
+                // The total includes this count and whatever was added before it, by anyone.
+                case .success(let totals):
+                    counter.known = max(counter.known, totals.first ?? 0)
+                    counter.made = true
+                // Not shared, still counted here.
+                case .failure: counter.known += count
+                }
+            } else if counter.window == window + 1, case .success(let totals) = result {
+                counter.previous = max(counter.previous, totals.first ?? 0)
+            }
+        }
+        if case .success = result { return true }
+        return false
+    }
+
+    /// How long until one more request fits: within this window once the previous one's weight
+    /// has faded enough, else after this window ends, once this one's weight (as the previous) has.
+    static func waitMillis(previous: Double, current: Double, requests: Double, elapsed: Double, period: Double) -> Double {
+        if current + 1 <= requests, previous > 0 {
+            return max(0, period * (1 - (requests - current - 1) / previous) - elapsed)
+        }
+        let rest = period - elapsed
+        guard current > 0 else { return rest }
+        return rest + max(0, period * (1 - (requests - 1) / current))
+    }
+
+    // MARK: The counts meet
+
+    /// Every `syncMillis`: what this process admitted goes to the store from `loop`, a few hundred
+    /// counters a turn (the requests on that loop go on between them), and counters of windows
+    /// gone by are forgotten. Ends when the task is cancelled.
+    func startSync(on loop: EventLoop) -> Task<Void, Never> {
+        Task.detached { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(Self.syncMillis))
+                for chunk in unsentCounts() {
+                    loop.execute { [self] in send(chunk, on: loop) }
+                    try? await Task.sleep(for: .milliseconds(2))
+                }
+            }
+        }
+    }
+
+    /// Counts on their way to the store, and whose they are.
+    private struct Outgoing: Sendable {
+        var names: [String] = []
+        var windows: [Int64] = []
+        var counts: [RateWindowCount] = []
+    }
+
+    /// Every counter's unsent count, now on its way, in chunks; forgets counters two windows old.
+    private func unsentCounts() -> [Outgoing] {
+        let now = Int64(SystemClock.epochMillis())
+        var chunks: [Outgoing] = []
+        var chunk = Outgoing()
+        counters.withLock { counters in
+            for (name, counter) in counters {
+                // A counter two windows old counts for nothing any more.
+                if now / counter.periodMillis - counter.window >= 2 {
+                    counters[name] = nil
+                    continue
+                }
+                guard counter.unsent > 0, shared != nil else { continue }
+                var counter = counter
+                chunk.names.append(name)
+                chunk.windows.append(counter.window)
+                chunk.counts.append(counter.outgoing())
+                counter.sending += counter.unsent
+                counter.unsent = 0
+                counters[name] = counter
+                if chunk.counts.count == Self.syncChunk {
+                    chunks.append(chunk)
+                    chunk = Outgoing()
+                }
+            }
+        }
+        if !chunk.counts.isEmpty { chunks.append(chunk) }
+        return chunks
+    }
+
+    private static let syncChunk = 256
+
+    private func send(_ outgoing: Outgoing, on loop: EventLoop) {
+        shared?.add(outgoing.counts, on: loop) { [self] result in
+            for index in outgoing.counts.indices {
+                let one: Result<[Int64], StoreError> = result.map { totals in index < totals.count ? [totals[index]] : [] }
+                settle(outgoing.names[index], window: outgoing.windows[index], count: outgoing.counts[index].count, result: one)
+            }
+            if case .failure(let error) = result {
+                logger.bounded(.warning, "rate limit store unavailable; counts kept in this process", key: "sync",
+                               [("error", error.detail)])
+            }
+        }
+    }
+}
+
+private extension Result where Failure == StoreError {
+    var failureDetail: String {
+        if case .failure(let error) = self { return error.detail }
+        return ""
     }
 }

@@ -211,8 +211,9 @@ public final class Sidecar: Sendable {
         self.apps = table
         self.registrar = registrar
         self.store = chosenStore
-        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: RateLimiter(shared: chosenStore as? any SharedRateLimits, digests: digests, metrics: metrics, logger: logger.with(label: "rate-limit")),
-                                       metrics: metrics,
+        let rateLimiter = RateLimiter(shared: chosenStore as? any SharedRateLimits, digests: digests, metrics: metrics,
+                                      logger: logger.with(label: "rate-limit"))
+        let handler = ClientAPIHandler(apps: table, registrar: registrar, rateLimiter: rateLimiter, metrics: metrics,
                                        logger: logger.with(label: "client-api"))
         self.handler = handler
         handler.receipts.withLock { $0 = trail }
@@ -260,6 +261,8 @@ public final class Sidecar: Sendable {
                                                      inFlight: configuration.upstreamConnectionsPerHost, logger: outboxLogger) } ?? [])
             + [BackgroundTasks.startSweeper(registrar: registrar, apps: table, metrics: sharedMetrics, logger: logger.with(label: "inventory")),
                BackgroundTasks.startHeapTrim(), Task.detached { await census.run() }]
+            // The rate-limit counts meet in the store from the first loop (one write a second).
+            + (loops.first.map { [rateLimiter.startSync(on: $0)] } ?? [])
         for app in apps.values { app.jwks?.start() }
         if let sha256 { metrics.policyInForce(sha256: sha256, serial: policy.serial) }
         var fields = [

@@ -97,21 +97,45 @@ package final class Registrar: Sendable {
                                                    credential: adapter.forwardedCredential(origin.context)))
     }
 
-    /// A registration from the client API, its one entry: plans it (a refusing primary answers at
-    /// once), looks every dedupe entry up on `loop`, and when every upstream has it already answers
-    /// right there, with no task or thread hop (the hot path of a registration storm); otherwise
-    /// registers in a task that prefers `loop`. `completion` is called once: on `loop` for a
+    /// A check a registration must pass before anything is forwarded (the per-contact rate
+    /// limit). Started beside the dedupe lookups, its command leaves in the same write: it costs
+    /// no round trip of its own. Calls `verdict` once, on `loop`: nil admits, else the refusal.
+    package typealias Admission = (_ loop: EventLoop, _ verdict: @escaping (ContractError?) -> Void) -> Void
+
+    /// A registration from the client API, its one entry: plans it, looks every dedupe entry up on
+    /// `loop` (with the admission and, under a session id, the logged-out mark, all in one round
+    /// trip), and when every upstream has it already answers right there, with no task or thread
+    /// hop (the hot path of a registration storm); otherwise registers in a task that prefers
+    /// `loop`. Refusals come in the order a client is told: a logged-out session (401), the
+    /// admission (429), then a refusing primary (4xx). `completion` is called once: on `loop` for a
     /// refusal or a hit, from the task otherwise. Call on `loop`.
-    package func register(_ installation: Installation, from origin: Origin, on loop: EventLoop,
+    package func register(_ installation: Installation, from origin: Origin, on loop: EventLoop, admission: Admission? = nil,
                   completion: @escaping @Sendable (Result<[(String, UpstreamOutcome)], ContractError>) -> Void) {
         let plan: RegisterPlan
         do throws(ContractError) {
             plan = try self.plan(installation, for: origin)
         } catch {
-            completion(.failure(error))
+            guard let admission else {
+                completion(.failure(error))
+                return
+            }
+            admission(loop) { refusal in completion(.failure(refusal ?? error)) }
             return
         }
-        let answer: ([String??]) -> Void = { [self] cached in
+        let lookups = RegisterLookups(pending: 1 + (admission == nil ? 0 : 1) + (origin.sessionID == nil ? 0 : 1))
+        let decide = { [self] in
+            guard lookups.arrived() else { return }
+            if lookups.loggedOut {
+                logger.bounded(.info, "registration from a session logged out at the identity provider refused", key: "logged-out" + origin.appID,
+                               [("app", origin.appID), ("request_id", origin.requestID), ("contact", Redact.contact(origin.context.contactID))])
+                completion(.failure(ContractError(.unauthorized, "the session was logged out at the identity provider")))
+                return
+            }
+            if let refusal = lookups.refusal {
+                completion(.failure(refusal))
+                return
+            }
+            let cached = lookups.cached
             if let unchanged = plan.outcomesIfUnchanged(cached) {
                 for (name, outcome) in unchanged where outcome.isUnchanged {
                     metrics.dedupeHit(app: origin.appID, upstream: name)
@@ -127,38 +151,41 @@ package final class Registrar: Sendable {
                 completion(.success(await register(installation, plan: plan, cached: cached, from: origin)))
             }
         }
-        guard let sessionID = origin.sessionID else {
-            plan.lookUp(in: deduper.store, on: loop, completion: answer)
-            return
+        if let admission {
+            admission(loop) { refusal in
+                lookups.refusal = refusal
+                decide()
+            }
         }
         // A session the identity provider logged out registers nothing again (a stolen phone's app
-        // still holds its token): looked up beside the dedupe entries, in the same round trip.
-        let join = LoggedOutJoin()
-        let decide = { [self] in
-            guard let loggedOut = join.loggedOut, let cached = join.cached else { return }
-            guard !loggedOut else {
-                logger.bounded(.info, "registration from a session logged out at the identity provider refused", key: "logged-out" + origin.appID,
-                               [("app", origin.appID), ("request_id", origin.requestID), ("contact", Redact.contact(origin.context.contactID))])
-                completion(.failure(ContractError(.unauthorized, "the session was logged out at the identity provider")))
-                return
+        // still holds its token).
+        if let sessionID = origin.sessionID {
+            deduper.store.peek(digests.loggedOutSession(sessionID, app: origin.appID), on: loop) { result in
+                // A store that does not answer refuses nothing: the dedupe lookups degrade the same way.
+                if case .success(let value) = result { lookups.loggedOut = value != nil }
+                decide()
             }
-            answer(cached)
-        }
-        deduper.store.peek(digests.loggedOutSession(sessionID, app: origin.appID), on: loop) { result in
-            // A store that does not answer refuses nothing: the dedupe lookups degrade the same way.
-            if case .success(let value) = result { join.loggedOut = value != nil } else { join.loggedOut = false }
-            decide()
         }
         plan.lookUp(in: deduper.store, on: loop) { cached in
-            join.cached = cached
+            lookups.cached = cached
             decide()
         }
     }
 
-    /// The two lookups of a registration under a session id, joined on the request's loop.
-    private final class LoggedOutJoin {
-        var loggedOut: Bool?
-        var cached: [String??]?
+    /// What a registration's lookups found, joined on the request's loop (never shared beyond it).
+    private final class RegisterLookups {
+        private var pending: Int
+        var loggedOut = false
+        var refusal: ContractError?
+        var cached: [String??] = []
+
+        init(pending: Int) { self.pending = pending }
+
+        /// Counts one lookup in: true for the last.
+        func arrived() -> Bool {
+            pending -= 1
+            return pending == 0
+        }
     }
 
     /// Registers `installation` at every upstream of the plan, through dedupe; `cached` holds what
