@@ -37,10 +37,6 @@ import_wait() {
   local deadline=$((SECONDS + $1))
   while (( $(import_depth) > 0 )) && (( SECONDS < deadline )); do sleep 0.1; done
 }
-import_cmd() {  # import_cmd RATE FILE
-  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" import --policy "$work/policy.yaml" \
-    --redis "redis://127.0.0.1:$redis_port" --app benchimp --rate "$1/s" --refused "$2.refused" "$2"
-}
 
 if [[ -n $PW_THIS ]]; then
   echo "  import: skipped (PW_THIS serves a policy without app benchimp)" >&2
@@ -106,12 +102,19 @@ PY
   imp_busy_file="$work/import-busy-$run_number.ndjson"
   import_file "$imp_busy_file" "$(( IMPORT_BUSY_RATE * (${DURATION%s} + 10) ))" "b$$-$run_number"
   LUA=$register_lua run imp_p1_quiet_1 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
-  import_cmd "$IMPORT_BUSY_RATE" "$imp_busy_file" >"$work/import-busy-$run_number.out" 2>&1 &
+  # A simple command, so that $! is the import itself (a function would run in a subshell).
+  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" import --policy "$work/policy.yaml" \
+    --redis "redis://127.0.0.1:$redis_port" --app benchimp --rate "$IMPORT_BUSY_RATE/s" --refused "$imp_busy_file.refused" \
+    "$imp_busy_file" >"$work/import-busy-$run_number.out" 2>&1 &
   imp_busy_pid=$!
   pids+=($imp_busy_pid)
   sleep 1  # its policy loaded and its lines flowing
   imp_calls_before=$(upstream_calls)
+  # The import process's own CPU over the row (run's CPU line does not know it).
+  imp_ticks() { awk '{print $14 + $15}' "/proc/$imp_busy_pid/stat" 2>/dev/null || echo 0; }
+  imp_ticks_before=$(imp_ticks); imp_row_started=$(date +%s.%N)
   LUA=$register_lua run imp_p1_busy "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  fact imp_busy_import_cores "$(python3 -c "print(f'{max(0, $(imp_ticks) - $imp_ticks_before) / 100 / ($(date +%s.%N) - $imp_row_started):.2f}')")"
   fact imp_busy_upstream_calls "$(( $(upstream_calls) - imp_calls_before ))"
   fact imp_busy_rate "$IMPORT_BUSY_RATE"
   fact imp_busy_duration "${DURATION%s}"

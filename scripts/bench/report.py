@@ -185,7 +185,8 @@ if "imp_lines" in facts:
         noise = f"; quiet 2/quiet 1 {ratio(rps('imp_p1_quiet_2'), rps('imp_p1_quiet_1')):.2f}" if len(quiet) == 2 else ""
         table.append((f"P1 beside an import at {facts.get('imp_busy_rate', '?')}/s", facts.get("hit_conns"), f"{rps('imp_p1_busy'):.0f}",
                       rows["imp_p1_busy"]["p50"], rows["imp_p1_busy"]["p99"], f"{mean:.0f} (P1 quiet, mean of 2)",
-                      f"{r:.2f}x ({facts.get('imp_busy_upstream_calls', '?')} deliveries during it"
+                      f"{r:.2f}x ({facts.get('imp_busy_upstream_calls', '?')} deliveries during it, import process "
+                      f"{facts.get('imp_busy_import_cores', '?')} cores"
                       + ("" if alive else "; the import ended before the row did") + noise + ")",
                       ">= 0.90x quiet", "PASS" if r >= 0.9 and alive and failures == 0 else "FAIL", failures))
 tail = rows.get("pw_tail")
