@@ -93,7 +93,7 @@ PY
   fact imp_delivered_seconds "$(python3 -c "print(f'{$imp_ended - $imp_started:.2f}')")"
   fact imp_left "$(import_depth)"
   fact imp_dead "$(import_dead)"
-  fact imp_upstream_calls "$(( $(upstream_calls) - imp_calls_before ))"
+  fact imp_calls "$(( $(upstream_calls) - imp_calls_before ))"
   echo "  import: ${summary%%$'\n'*}; peak RSS ${imp_rss} KiB; outbox empty after $(grep '^imp_delivered_seconds=' "$results" | tail -1 | cut -d= -f2) s" >&2
   [[ $imp_rc == 0 ]] || sed 's/^/    /' "$work/import-$run_number.out" | tail -5 >&2
 
@@ -115,7 +115,7 @@ PY
   imp_ticks_before=$(imp_ticks); imp_row_started=$(date +%s.%N)
   LUA=$register_lua run imp_p1_busy "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   fact imp_busy_import_cores "$(python3 -c "print(f'{max(0, $(imp_ticks) - $imp_ticks_before) / 100 / ($(date +%s.%N) - $imp_row_started):.2f}')")"
-  fact imp_busy_upstream_calls "$(( $(upstream_calls) - imp_calls_before ))"
+  fact imp_busy_calls "$(( $(upstream_calls) - imp_calls_before ))"
   fact imp_busy_rate "$IMPORT_BUSY_RATE"
   fact imp_busy_duration "${DURATION%s}"
   if kill -0 "$imp_busy_pid" 2>/dev/null; then fact imp_busy_alive 1; else fact imp_busy_alive 0; fi

@@ -162,7 +162,7 @@ if "imp_lines" in facts:
     table.append((f"import {lines} lines, unpaced: queued", "-", f"{ratio(lines, wall):.0f}", "-", "-", "-",
                   f"{queued} queued, {refused} refused, {failed} failed in {wall:.1f}s (lines/s)",
                   "all queued, 0 refused/failed", "PASS" if ok else "FAIL", max(0, lines - queued)))
-    delivered, left, dead, calls = num("imp_delivered_seconds"), int(num("imp_left")), int(num("imp_dead")), int(num("imp_upstream_calls"))
+    delivered, left, dead, calls = num("imp_delivered_seconds"), int(num("imp_left")), int(num("imp_dead")), int(num("imp_calls"))
     ok = left == 0 and dead == 0 and calls >= lines
     table.append((f"import {lines} lines: delivered end to end", "-", f"{ratio(lines, delivered):.0f}", "-", "-",
                   f"{rps('pw_forwarded'):.0f} (P2)" if rps("pw_forwarded") else "-",
@@ -185,7 +185,7 @@ if "imp_lines" in facts:
         noise = f"; quiet 2/quiet 1 {ratio(rps('imp_p1_quiet_2'), rps('imp_p1_quiet_1')):.2f}" if len(quiet) == 2 else ""
         table.append((f"P1 beside an import at {facts.get('imp_busy_rate', '?')}/s", facts.get("hit_conns"), f"{rps('imp_p1_busy'):.0f}",
                       rows["imp_p1_busy"]["p50"], rows["imp_p1_busy"]["p99"], f"{mean:.0f} (P1 quiet, mean of 2)",
-                      f"{r:.2f}x ({facts.get('imp_busy_upstream_calls', '?')} deliveries during it, import process "
+                      f"{r:.2f}x ({facts.get('imp_busy_calls', '?')} deliveries during it, import process "
                       f"{facts.get('imp_busy_import_cores', '?')} cores"
                       + ("" if alive else "; the import ended before the row did") + noise + ")",
                       ">= 0.90x quiet", "PASS" if r >= 0.9 and alive and failures == 0 else "FAIL", failures))
