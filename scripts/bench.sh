@@ -21,7 +21,7 @@ HIT_CONNECTIONS=${HIT_CONNECTIONS:-64}
 FORWARD_CONNECTIONS=${FORWARD_CONNECTIONS:-512}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-1000}
 export WRK_THREADS=${WRK_THREADS:-2}
-SCENARIOS=${SCENARIOS:-hit,es256,reused,introspect,forwarded,erase,queued,tail,memory,bytes}   # also: cluster
+SCENARIOS=${SCENARIOS:-hit,es256,reused,introspect,forwarded,erase,queued,import,tail,memory,bytes}   # also: cluster
 PW_FLAGS=${PW_FLAGS:-}                 # extra flags for pushwarden serve (e.g. --threads 1)
 # Another pushwarden binary (an earlier commit's release build) served beside this one on the same
 # Redis and mock: P1 and P2 are then measured against both in the same run ("before/after" rows).
@@ -119,7 +119,7 @@ head -n "$POOL" "$work/sessions-es256-all.txt" >"$work/sessions-es256.txt"
 # Apps benchq (a queued upstream) and benchi (introspected sessions) only for this build: a
 # PW_BASELINE may predate the outbox and session type introspect.
 "$bin/bench-tool" policy --mock-port "$mock_port" --jwks "$work/jwks.json" --queued-mock-port "$queued_mock_port" \
-  --introspect-port "$introspect_port" --admin --reused --bytes >"$work/policy.yaml"
+  --introspect-port "$introspect_port" --admin --reused --bytes --import-app >"$work/policy.yaml"
 export BENCH_INTROSPECT_TOKEN=bench-introspect-token
 export BENCH_ADMIN_TOKEN
 BENCH_ADMIN_TOKEN=$(openssl rand -hex 32)
@@ -444,6 +444,8 @@ if want queued; then
   drain drain_2
   kill "$pw2_pid" 2>/dev/null; wait "$pw2_pid" 2>/dev/null || true
 fi
+# pushwarden import into app benchimp (delivered by this sidecar), and P1 beside a paced import.
+want import && source scripts/bench/import.sh
 if want memory; then
   # RSS with IDLE_CONNECTIONS open client connections (each sent one request and kept alive).
   python3 - "$pw_port" "$IDLE_CONNECTIONS" <<'PY' &

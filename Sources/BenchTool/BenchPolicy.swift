@@ -16,17 +16,20 @@ enum BenchPolicy {
     /// (`verified_cache: 0`: its row measures verification, though the pool's tokens come round
     /// again), and app `benchr`, the same ES256 sessions with accepted ones kept, is for the
     /// sessions-reused row. With `bytes`, app `benchm` (HS256, like `bench`) for the Redis-bytes
-    /// row, whose installations no other row registers.
+    /// row, whose installations no other row registers. With `importApp`, app `benchimp` (HS256)
+    /// whose upstream is `delivery: queued` at `mockPort`, for the import rows: the sidecar's
+    /// outbox workers deliver what `pushwarden import` queues.
     /// Every app limits each contact's requests (`client.rate_limits`), as the example policy does,
     /// at rates the rows never reach: what the rows measure is the limit's cost, not its refusals.
     /// App `benchn`, `bench` without the limits, is the row that shows their price.
     static func yaml(mockPort: Int, jwksPath: String? = nil, queuedMockPort: Int? = nil, introspectPort: Int? = nil,
-                     admin: Bool = false, reused: Bool = false, bytes: Bool = false) -> String {
+                     admin: Bool = false, reused: Bool = false, bytes: Bool = false, importApp: Bool = false) -> String {
         var text = "version: 1\napps:\n"
         let hs256 = "      algorithms: [HS256]\n      hmac_secret: {env: BENCH_SESSION_SECRET}\n"
         text += app("bench", session: hs256, mockPort: mockPort)
         text += app("benchn", session: hs256, mockPort: mockPort, limited: false)
         if bytes { text += app("benchm", session: hs256, mockPort: mockPort) }
+        if importApp { text += app("benchimp", session: hs256, mockPort: mockPort, extra: "        delivery: queued\n") }
         if let jwksPath {
             let es256 = "      algorithms: [ES256]\n      jwks_file: \(jwksPath)\n"
             text += app("benches", session: es256 + (reused ? "      verified_cache: 0\n" : ""), mockPort: mockPort)

@@ -23,7 +23,7 @@ if CommandLine.arguments.dropFirst().first == "floor" {
     exit(0)
 }
 
-/// `bench-tool policy --mock-port P [--jwks FILE] [--queued-mock-port Q] [--introspect-port I] [--admin] [--reused] [--bytes]`: prints the benchmark's policy (`BenchPolicy`).
+/// `bench-tool policy --mock-port P [--jwks FILE] [--queued-mock-port Q] [--introspect-port I] [--admin] [--reused] [--bytes] [--import-app]`: prints the benchmark's policy (`BenchPolicy`).
 if CommandLine.arguments.dropFirst().first == "policy" {
     guard let port = value("--mock-port").flatMap(Int.init) else {
         FileHandle.standardError.write(Data("usage: bench-tool policy --mock-port P [--jwks FILE]\n".utf8))
@@ -34,7 +34,8 @@ if CommandLine.arguments.dropFirst().first == "policy" {
                                                           introspectPort: value("--introspect-port").flatMap(Int.init),
                                                           admin: CommandLine.arguments.contains("--admin"),
                                                           reused: CommandLine.arguments.contains("--reused"),
-                                                          bytes: CommandLine.arguments.contains("--bytes")).utf8))
+                                                          bytes: CommandLine.arguments.contains("--bytes"),
+                                                          importApp: CommandLine.arguments.contains("--import-app")).utf8))
     exit(0)
 }
 

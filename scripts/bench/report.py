@@ -161,6 +161,43 @@ if "bytes_used" in facts:
                   f"{total:.0f} B in all; keys: registration {own:.0f} B (entry {part('bytes_reg'):.0f}, identity {part('bytes_id'):.0f}), "
                   f"inventory {inventory:.0f} B (record {part('bytes_inv'):.0f}, holder {part('bytes_owner'):.0f}, last seen {part('bytes_seen'):.0f})",
                   "<= 256 B (registration)", "PASS" if n > 0 and own <= 256 else "FAIL", 0 if n >= int(facts.get("bytes_pool", n) or n) else 1))
+# Import (issue 31): pushwarden import of fresh lines at the highest --rate into app benchimp,
+# delivered by the sidecar's outbox workers to the mock; then P1 beside an import at a paced rate.
+if "imp_lines" in facts:
+    num = lambda key: float(facts.get(key, "0") or 0)
+    lines, wall = int(num("imp_lines")), num("imp_seconds")
+    queued, refused, failed = int(num("imp_queued")), int(num("imp_refused")), int(num("imp_failed"))
+    ok = queued == lines and refused + failed == 0 and facts.get("imp_rc") == "0"
+    table.append((f"import {lines} lines, unpaced: queued", "-", f"{ratio(lines, wall):.0f}", "-", "-", "-",
+                  f"{queued} queued, {refused} refused, {failed} failed in {wall:.1f}s (lines/s)",
+                  "all queued, 0 refused/failed", "PASS" if ok else "FAIL", max(0, lines - queued)))
+    delivered, left, dead, calls = num("imp_delivered_seconds"), int(num("imp_left")), int(num("imp_dead")), int(num("imp_calls"))
+    ok = left == 0 and dead == 0 and calls >= lines
+    table.append((f"import {lines} lines: delivered end to end", "-", f"{ratio(lines, delivered):.0f}", "-", "-",
+                  f"{rps('pw_forwarded'):.0f} (P2)" if rps("pw_forwarded") else "-",
+                  f"outbox empty after {delivered:.1f}s; {calls} upstream calls, {left} left, {dead} dead (lines/s)",
+                  "outbox empty, >= 1 call a line", "PASS" if ok else "FAIL", left + dead + max(0, lines - calls)))
+    # Bounded: the peak against the bar, and the samples over the run (a quarter in, half, three quarters, the end).
+    samples = [int(s) / 1024 for s in facts.get("imp_rss_samples_kib", "").split(",") if s]
+    peak = num("imp_rss_kib") / 1024
+    flat = len(samples) == 4 and max(samples[1:]) - samples[0] <= max(2.0, 0.05 * samples[0])
+    table.append((f"import {lines} lines: RSS of the import", "-", "-", "-", "-", "-",
+                  f"peak {peak:.1f} MiB; {' -> '.join(f'{s:.1f}' for s in samples)} MiB over the run"
+                  + (" (flat)" if flat else " (grows)"),
+                  "<= 64 MiB, flat", "PASS" if 0 < peak <= 64 and flat else "FAIL", 0))
+    if "imp_p1_busy" in rows:
+        quiet = [rps(n) for n in ("imp_p1_quiet_1", "imp_p1_quiet_2") if n in rows]
+        mean = sum(quiet) / len(quiet) if quiet else 0.0
+        r = ratio(rps("imp_p1_busy"), mean)
+        alive = facts.get("imp_busy_alive") == "1"
+        failures = sum(rows[n]["non2xx"] + rows[n]["errors"] for n in ("imp_p1_quiet_1", "imp_p1_busy", "imp_p1_quiet_2") if n in rows)
+        noise = f"; quiet 2/quiet 1 {ratio(rps('imp_p1_quiet_2'), rps('imp_p1_quiet_1')):.2f}" if len(quiet) == 2 else ""
+        table.append((f"P1 beside an import at {facts.get('imp_busy_rate', '?')}/s", facts.get("hit_conns"), f"{rps('imp_p1_busy'):.0f}",
+                      rows["imp_p1_busy"]["p50"], rows["imp_p1_busy"]["p99"], f"{mean:.0f} (P1 quiet, mean of 2)",
+                      f"{r:.2f}x ({facts.get('imp_busy_calls', '?')} deliveries during it, import process "
+                      f"{facts.get('imp_busy_import_cores', '?')} cores"
+                      + ("" if alive else "; the import ended before the row did") + noise + ")",
+                      ">= 0.90x quiet", "PASS" if r >= 0.9 and alive and failures == 0 else "FAIL", failures))
 tail = rows.get("pw_tail")
 if tail:
     p99 = ms(tail["p99"]) or 1e9
@@ -171,6 +208,9 @@ widths = [max(len(str(row[i])) for row in table + [header]) for i in range(len(h
 print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
 for row in table:
     print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+if "imp_p1_busy" in rows:
+    print("P1 beside an import: two identical P1 rows differ by up to 20% on this machine (docs/benchmarks-log.md); "
+          "quiet 2/quiet 1 is this run's own spread.")
 if interleaved:
     print()
     print(f"Interleaved rounds ({facts.get('rounds', '?')} per comparison, rows alternating which goes first):")
