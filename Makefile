@@ -36,7 +36,7 @@ token: $(DEV_SECRET_FILE)
 ## again built as the product is (-O, RELEASE_SUITES), the C wrappers' suites under AddressSanitizer
 ## (ASAN_SUITES, the half of `make sanitize` that fits the budget), then the checks beside the Swift tests
 ## (scripts/checks/*.check.sh: the release binary's soak, OpenAPI, manifests, container, ...).
-RELEASE_SUITES ?= ConcurrentMapTests|AuditTrailTests|PolicySerialTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests|KeyedDigestTests|CoverageTests|DeadTokenTests|DeadTokenStoreTests|BackchannelLogoutTests|WebhookTests|ImportTests
+RELEASE_SUITES ?= ConcurrentMapTests|AuditTrailTests|PolicySerialTests|ConcurrentSendTests|PendingWritesTests|StoreSemanticsTests|RegistrationKeysTests|OutboxTests|OutboxProcessTests|OutsideNumbersTests|InventoryTests|InventoryLayoutTests|TouchMemoryTests|RegistrationTests|RegistrarTests|ClusterStoreTests|RateLimitStoreTests|ServerToServerTests|EncryptionAtRestTests|LoopAffinityTests|KeyedDigestTests|CoverageTests|DeadTokenTests|DeadTokenStoreTests|BackchannelLogoutTests|WebhookTests|ImportTests|RoundTripTests
 test: deps
 	swift build --build-tests
 	timeout 1200 swift test --skip-build --no-parallel

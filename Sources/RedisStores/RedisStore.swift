@@ -91,6 +91,13 @@ public final class RedisStore: DedupeStore {
                                arguments: [fingerprint, String(max(ttlSeconds, 1)), owner], on: loop)
     }
 
+    public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String,
+                                on loop: EventLoop, completion: @escaping (Result<Void, StoreError>) -> Void) {
+        evaluate(Self.commitAndUnlockScript, keys: [entry, lock], arguments: [fingerprint, String(max(ttlSeconds, 1)), owner], on: loop) { result in
+            completion(result.map { _ in () })
+        }
+    }
+
     public func isReachable() async -> Bool { await client.ping() }
 
     /// Runs a script by its SHA-1 (Redis keeps compiled scripts), sending the source only when

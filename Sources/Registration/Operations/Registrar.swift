@@ -198,27 +198,30 @@ package final class Registrar: Sendable {
             stepByName[entry.caller.adapter.name] = (entry.step, index < cached.count ? cached[index] : nil)
         }
         let steps = stepByName
-        let results = await origin.app.eachUpstream { [self] caller -> (UpstreamOutcome, Retirement?) in
-            guard let (step, cached) = steps[caller.adapter.name] else { return (.skipped, nil) }
+        let results = await origin.app.eachUpstream { [self] caller -> Forward in
+            guard let (step, cached) = steps[caller.adapter.name] else { return Forward(outcome: .skipped) }
             switch step {
-            case .skip: return (.skipped, nil)
-            case .refused(let failure): return (.failed(failure), nil)
+            case .skip: return Forward(outcome: .skipped)
+            case .refused(let failure): return Forward(outcome: .failed(failure))
             case .dedupe(let keys, let fingerprint):
                 if caller.policy.delivery == .queued {
-                    return (await enqueue(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin), nil)
+                    return Forward(outcome: await enqueue(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin))
                 }
                 return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin)
             }
         }
-        let outcomes = results.map { name, result in (name, result.0) }
+        let outcomes = results.map { name, result in (name, result.outcome) }
+        // The dedupe entries and the inventory record leave in one write: one round trip, not two.
+        let committed = deduper.startCommits(results.compactMap(\.1.commit), on: origin.loop)
         await keep(installation, outcomes: outcomes, origin: origin)
+        await committed.wait()
         // Just written: the dedupe hits that follow need not refresh it.
         if let key = plan.touchKey { inventory.touched(key) }
         logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(installation.pushToken)),
                                     ("contact", Redact.contact(origin.context.contactID))])
         if let previous = installation.previousPushToken, origin.app.primarySucceeded(outcomes) {
             var retirements: [String: Retirement] = [:]
-            for (name, result) in results { retirements[name] = result.1 }
+            for (name, result) in results { retirements[name] = result.retirement }
             await retire(previous, replacedBy: installation, retirements: retirements, origin: origin)
         }
         return outcomes
@@ -230,8 +233,9 @@ package final class Registrar: Sendable {
     func register(_ installation: Installation, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
         switch step(installation, at: caller, origin: origin) {
         case .dedupe(let keys, let fingerprint):
-            let (outcome, retirement) = await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil,
-                                                       origin: origin)
+            let forward = await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil, origin: origin)
+            let (outcome, retirement) = (forward.outcome, forward.retirement)
+            if let commit = forward.commit { await deduper.commit([commit], on: origin.loop) }
             if let previous = installation.previousPushToken, let retirement {
                 await retire(previous, replacedBy: installation, retirements: [caller.adapter.name: retirement], origin: origin)
             }
@@ -287,10 +291,10 @@ package final class Registrar: Sendable {
     }
 
     private func register(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
-                          cached: String??, origin: Origin) async -> (UpstreamOutcome, Retirement?) {
+                          cached: String??, origin: Origin) async -> Forward {
         let appID = origin.appID
         do throws(UpstreamFailure) {
-            let (outcome, retirement) = try await deduper.register(
+            let (outcome, retirement, commit) = try await deduper.register(
                 keys: keys, fingerprint: fingerprint, refreshAfterSeconds: origin.app.policy.dedupe.refreshAfterSeconds,
                 lockMillis: caller.budgetMillis + 1000, app: appID, cached: cached, on: origin.loop
             ) { [self] () async throws(UpstreamFailure) -> Retirement? in
@@ -298,12 +302,20 @@ package final class Registrar: Sendable {
             }
             if outcome == .unchanged {
                 metrics.dedupeHit(app: appID, upstream: caller.adapter.name)
-                return (.unchanged, nil)
+                return Forward(outcome: .unchanged)
             }
-            return (.forwarded, retirement ?? nil)
+            return Forward(outcome: .forwarded, retirement: retirement ?? nil, commit: commit)
         } catch {
-            return (.failed(error), nil)
+            return Forward(outcome: .failed(error))
         }
+    }
+
+    /// One upstream's part of a registration: its outcome, what a rotation's retirement needs, and
+    /// the dedupe entry to write once the caller sends its other writes (the lock is held till then).
+    struct Forward: Sendable {
+        var outcome: UpstreamOutcome
+        var retirement: Retirement? = nil
+        var commit: DedupeCommit? = nil
     }
 
     /// The call itself: the identity the provider handed back before (if it hands any back), the

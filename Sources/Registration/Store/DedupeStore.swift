@@ -59,6 +59,10 @@ public protocol DedupeStore: Sendable {
     /// `owner` still holds it.
     func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String,
                          on loop: EventLoop?) async throws(StoreError)
+    /// `commitAndUnlock` sent from `loop`'s thread without leaving it: its command goes in this
+    /// turn's write; `completion` is called on that thread. Call on `loop`.
+    func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String,
+                         on loop: EventLoop, completion: @escaping (Result<Void, StoreError>) -> Void)
     /// True when the store answers now (for `/readyz`).
     func isReachable() async -> Bool
     /// A short name for logs and metrics (`memory`, `redis`).

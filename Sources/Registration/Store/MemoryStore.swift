@@ -80,6 +80,15 @@ public final class MemoryStore: DedupeStore {
         }
     }
 
+    public func commitAndUnlock(entry: String, fingerprint: String, ttlSeconds: Int, lock: String, owner: String,
+                                on loop: EventLoop, completion: @escaping (Result<Void, StoreError>) -> Void) {
+        write(entry, fingerprint, ttlNanos: UInt64(max(ttlSeconds, 1)) * 1_000_000_000)
+        state.withLock { state in
+            if state.entries[lock]?.value == owner { state.entries[lock] = nil }
+        }
+        completion(.success(()))
+    }
+
     public func isReachable() async -> Bool { true }
 
     /// Live and not yet swept entries, for tests and metrics.
