@@ -48,6 +48,7 @@ RUNS=${RUNS:-1}                        # measure every scenario this many times 
 # processes here).
 ROUNDS=${ROUNDS:-0}
 ROUND_DURATION=${ROUND_DURATION:-5s}
+LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}         # pairs of short P1 rows with and without rate limits (their price's median)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
 results="$work/results-1.txt"
@@ -314,6 +315,16 @@ if want hit; then
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_hs256 "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_nolimits "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
+  # The limits' price again in LIMIT_ROUNDS short pairs, alternating which goes first: two rows
+  # of one process differ by up to 10% from one to the next; the bar takes the median pair.
+  for round in $(seq 1 "$LIMIT_ROUNDS"); do
+    order=(bench benchn)
+    (( round % 2 == 0 )) && order=(benchn bench)
+    for app in "${order[@]}"; do
+      LUA=$register_lua run "lim_${app}_${run_number}_$round" "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit \
+        SESSIONS="$work/sessions-hs256.txt" APP="$app"
+    done
+  done
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
 if want tail && want hit; then
