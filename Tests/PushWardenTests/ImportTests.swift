@@ -141,6 +141,22 @@ import Testing
         await mock.stop()
     }
 
+    /// A paced import keeps its rate on average, not below it: 300 lines at 150 a second start
+    /// over two seconds, all queued, the run not much longer.
+    @Test func aPacedImportKeepsItsRate() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await OutboxTests.harness(OutboxTests.voyado(mock), key: "vk")
+        let path = try Self.file((0..<300).map { Self.line("p\($0)", OutboxTests.fcm()) })
+        let started = Date()
+        let run = try await Self.run(h, path, rate: 150)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(run.report.queued == 300)
+        #expect(elapsed >= 1.99)
+        #expect(elapsed < 3.5)
+        await h.stop()
+        await mock.stop()
+    }
+
     /// An upstream that takes each user's own credential (Fluxer) cannot be called without the
     /// user: the import skips it, says so, and `policy explain` names it; as the primary, the import
     /// refuses to start. A `delivery: sync` upstream is reached through its outbox as well.

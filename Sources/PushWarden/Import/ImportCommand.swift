@@ -61,6 +61,23 @@ public enum ImportCommand {
     static let window = 32
     /// How much of an overlong line a refusal echoes.
     static let echoBytes = 256
+    /// A paced import wakes once per tick and starts every line due by then.
+    static let tickNanos: UInt64 = 25_000_000
+
+    /// When the `line`th line (from 1) is due: `(line - 1) / rate` seconds after `start`.
+    static func pacedStart(line: Int, rate: Double, start: UInt64) -> UInt64 {
+        let offset = Double(max(line - 1, 0)) / rate * 1e9
+        return offset < 1e18 ? start + UInt64(offset) : UInt64.max
+    }
+
+    /// The first tick boundary (a whole number of ticks after `start`) at or after `due`.
+    static func tickAfter(_ due: UInt64, start: UInt64) -> UInt64 {
+        guard due > start else { return start }
+        let ticks = (due - start) / tickNanos + ((due - start) % tickNanos == 0 ? 0 : 1)
+        let (span, spanOverflow) = ticks.multipliedReportingOverflow(by: tickNanos)
+        let (boundary, overflow) = start.addingReportingOverflow(span)
+        return spanOverflow || overflow ? due : boundary
+    }
 
     /// - Parameters:
     ///   - write: the summary lines (stdout).
@@ -156,11 +173,11 @@ public enum ImportCommand {
                     refuse(number, error.code.rawValue, error.message, field: error.field, input: next.bytes)
                     continue
                 }
-                // Paced: line n starts no sooner than n / rate seconds after the first.
-                let offset = Double(report.lines - 1) / rate * 1e9
-                let due = offset < 1e18 ? start + UInt64(offset) : UInt64.max
+                // Paced: line n starts no sooner than n / rate seconds after the first, and lines
+                // not yet due wait for the next tick together (one wake-up, shared Redis writes).
+                let due = pacedStart(line: report.lines, rate: rate, start: start)
                 let now = MonotonicClock.nowNanos()
-                if due > now { try? await Task.sleep(nanoseconds: due - now) }
+                if due > now { try? await Task.sleep(nanoseconds: tickAfter(due, start: start) - now) }
                 if inFlight >= window, let done = await group.next() {
                     inFlight -= 1
                     account(done)

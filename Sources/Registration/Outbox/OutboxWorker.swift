@@ -310,18 +310,33 @@ package struct RetrySchedule: Sendable {
 
 /// Wakes a waiting worker when this process queued something; otherwise it sleeps its interval.
 package final class OutboxSignal: Sendable {
-    private let generation = Atomic<UInt64>(0)
+    private struct State {
+        var next = 0
+        /// The waits in progress: a wake cancels their sleeps.
+        var sleepers: [Int: Task<Void, Never>] = [:]
+    }
 
-    func wake() { generation.wrappingAdd(1, ordering: .releasing) }
+    private let state = Mutex(State())
+
+    func wake() {
+        let sleepers = state.withLock { state -> [Int: Task<Void, Never>] in
+            defer { state.sleepers.removeAll(keepingCapacity: true) }
+            return state.sleepers
+        }
+        for sleeper in sleepers.values { sleeper.cancel() }
+    }
 
     /// Returns after `millis`, soon after the next `wake`, or at cancellation.
     func wait(upTo millis: UInt64) async {
-        let start = generation.load(ordering: .acquiring)
-        let deadline = MonotonicClock.nowMillis() + millis
-        while !Task.isCancelled, generation.load(ordering: .acquiring) == start {
-            let now = MonotonicClock.nowMillis()
-            guard now < deadline else { return }
-            try? await Task.sleep(for: .milliseconds(min(10, deadline - now)))
+        // One timer for the whole wait (an idle worker wakes once per interval, not every few
+        // milliseconds), cut short by `wake` or by cancelling the waiting task.
+        let sleeper = Task<Void, Never> { _ = try? await Task.sleep(for: .milliseconds(min(millis, 86_400_000))) }
+        let id = state.withLock { state -> Int in
+            state.next &+= 1
+            state.sleepers[state.next] = sleeper
+            return state.next
         }
+        await withTaskCancellationHandler { await sleeper.value } onCancel: { sleeper.cancel() }
+        state.withLock { _ = $0.sleepers.removeValue(forKey: id) }
     }
 }
