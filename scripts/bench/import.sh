@@ -8,6 +8,7 @@
 # Uses bench.sh's helpers and variables (run, fact, cpu_ticks, cpu_used, upstream_calls, $bin, $work...).
 IMPORT_LINES=${IMPORT_LINES:-100000}
 IMPORT_BUSY_RATE=${IMPORT_BUSY_RATE:-500}
+IMPORT_ROUNDS=${IMPORT_ROUNDS:-3}        # quiet/busy P1 pairs of ROUND_DURATION
 IMPORT_DRAIN_SECONDS=${IMPORT_DRAIN_SECONDS:-300}   # the longest row 1 waits for the outbox to empty
 
 # import_file FILE COUNT TAG: COUNT lines, each a contact and a token no other file holds (TAG),
@@ -97,30 +98,34 @@ PY
   echo "  import: ${summary%%$'\n'*}; peak RSS ${imp_rss} KiB; outbox empty after $(grep '^imp_delivered_seconds=' "$results" | tail -1 | cut -d= -f2) s" >&2
   [[ $imp_rc == 0 ]] || sed 's/^/    /' "$work/import-$run_number.out" | tail -5 >&2
 
-  # Row 2: P1 quiet, beside an import at IMPORT_BUSY_RATE (sized to outlast the row, stopped
-  # after it), quiet again once the outbox is empty.
-  imp_busy_file="$work/import-busy-$run_number.ndjson"
-  import_file "$imp_busy_file" "$(( IMPORT_BUSY_RATE * (${DURATION%s} + 10) ))" "b$$-$run_number"
-  LUA=$register_lua run imp_p1_quiet_1 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
-  # A simple command, so that $! is the import itself (a function would run in a subshell).
-  BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" import --policy "$work/policy.yaml" \
-    --redis "redis://127.0.0.1:$redis_port" --app benchimp --rate "$IMPORT_BUSY_RATE/s" --refused "$imp_busy_file.refused" \
-    "$imp_busy_file" >"$work/import-busy-$run_number.out" 2>&1 &
-  imp_busy_pid=$!
-  pids+=($imp_busy_pid)
-  sleep 1  # its policy loaded and its lines flowing
-  imp_calls_before=$(upstream_calls)
-  # The import process's own CPU over the row (run's CPU line does not know it).
-  imp_ticks() { awk '{print $14 + $15}' "/proc/$imp_busy_pid/stat" 2>/dev/null || echo 0; }
-  imp_ticks_before=$(imp_ticks); imp_row_started=$(date +%s.%N)
-  LUA=$register_lua run imp_p1_busy "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
-  fact imp_busy_import_cores "$(python3 -c "print(f'{max(0, $(imp_ticks) - $imp_ticks_before) / 100 / ($(date +%s.%N) - $imp_row_started):.2f}')")"
-  fact imp_busy_calls "$(( $(upstream_calls) - imp_calls_before ))"
+  # Row 2: P1 quiet and beside an import at IMPORT_BUSY_RATE in turn, IMPORT_ROUNDS times (each
+  # import of fresh lines, sized to outlast its row, stopped after it), then quiet once more:
+  # each busy row against the quiet rows on either side of it, the median round decides.
+  imp_row_seconds=${ROUND_DURATION%s}
+  LUA=$register_lua run imp_p1_quiet_1 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  for imp_round in $(seq 1 "$IMPORT_ROUNDS"); do
+    imp_busy_file="$work/import-busy-$run_number-$imp_round.ndjson"
+    import_file "$imp_busy_file" "$(( IMPORT_BUSY_RATE * (imp_row_seconds + 10) ))" "b$$-$run_number-$imp_round"
+    # A simple command, so that $! is the import itself (a function would run in a subshell).
+    BENCH_SESSION_SECRET=$secret BENCH_VOYADO_KEY=bench-key "$bin/pushwarden" import --policy "$work/policy.yaml" \
+      --redis "redis://127.0.0.1:$redis_port" --app benchimp --rate "$IMPORT_BUSY_RATE/s" --refused "$imp_busy_file.refused" \
+      "$imp_busy_file" >"$work/import-busy-$run_number-$imp_round.out" 2>&1 &
+    imp_busy_pid=$!
+    pids+=($imp_busy_pid)
+    sleep 1  # its policy loaded and its lines flowing
+    imp_calls_before=$(upstream_calls)
+    # The import process's own CPU over the row (run's CPU line does not know it).
+    imp_ticks() { awk '{print $14 + $15}' "/proc/$imp_busy_pid/stat" 2>/dev/null || echo 0; }
+    imp_ticks_before=$(imp_ticks); imp_row_started=$(date +%s.%N)
+    LUA=$register_lua run "imp_p1_busy_$imp_round" "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+    fact "imp_busy_import_cores_$imp_round" "$(python3 -c "print(f'{max(0, $(imp_ticks) - $imp_ticks_before) / 100 / ($(date +%s.%N) - $imp_row_started):.2f}')")"
+    fact "imp_busy_calls_$imp_round" "$(( $(upstream_calls) - imp_calls_before ))"
+    if kill -0 "$imp_busy_pid" 2>/dev/null; then fact "imp_busy_alive_$imp_round" 1; else fact "imp_busy_alive_$imp_round" 0; fi
+    kill "$imp_busy_pid" 2>/dev/null || true
+    wait "$imp_busy_pid" 2>/dev/null || true
+    import_wait 60
+    LUA=$register_lua run "imp_p1_quiet_$(( imp_round + 1 ))" "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  done
   fact imp_busy_rate "$IMPORT_BUSY_RATE"
-  fact imp_busy_duration "${DURATION%s}"
-  if kill -0 "$imp_busy_pid" 2>/dev/null; then fact imp_busy_alive 1; else fact imp_busy_alive 0; fi
-  kill "$imp_busy_pid" 2>/dev/null || true
-  wait "$imp_busy_pid" 2>/dev/null || true
-  import_wait 60
-  LUA=$register_lua run imp_p1_quiet_2 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
+  fact imp_rounds "$IMPORT_ROUNDS"
 fi

@@ -191,18 +191,26 @@ if "imp_lines" in facts:
                   f"peak {peak:.1f} MiB; {' -> '.join(f'{s:.1f}' for s in samples)} MiB over the run"
                   + (" (flat)" if flat else " (grows)"),
                   "<= 64 MiB, flat", "PASS" if 0 < peak <= 64 and flat else "FAIL", 0))
-    if "imp_p1_busy" in rows:
-        quiet = [rps(n) for n in ("imp_p1_quiet_1", "imp_p1_quiet_2") if n in rows]
-        mean = sum(quiet) / len(quiet) if quiet else 0.0
-        r = ratio(rps("imp_p1_busy"), mean)
-        alive = facts.get("imp_busy_alive") == "1"
-        failures = sum(rows[n]["non2xx"] + rows[n]["errors"] for n in ("imp_p1_quiet_1", "imp_p1_busy", "imp_p1_quiet_2") if n in rows)
-        noise = f"; quiet 2/quiet 1 {ratio(rps('imp_p1_quiet_2'), rps('imp_p1_quiet_1')):.2f}" if len(quiet) == 2 else ""
-        table.append((f"P1 beside an import at {facts.get('imp_busy_rate', '?')}/s", facts.get("hit_conns"), f"{rps('imp_p1_busy'):.0f}",
-                      rows["imp_p1_busy"]["p50"], rows["imp_p1_busy"]["p99"], f"{mean:.0f} (P1 quiet, mean of 2)",
-                      f"{r:.2f}x ({facts.get('imp_busy_calls', '?')} deliveries during it, import process "
-                      f"{facts.get('imp_busy_import_cores', '?')} cores"
-                      + ("" if alive else "; the import ended before the row did") + noise + ")",
+    if "imp_p1_busy_1" in rows:
+        rounds = int(facts.get("imp_rounds", "1") or 1)
+        ratios, names = [], ["imp_p1_quiet_1"]
+        for k in range(1, rounds + 1):
+            busy, before, after = f"imp_p1_busy_{k}", f"imp_p1_quiet_{k}", f"imp_p1_quiet_{k + 1}"
+            names += [busy, after]
+            quiet = [rps(n) for n in (before, after) if n in rows]
+            if busy in rows and quiet:
+                ratios.append(ratio(rps(busy), sum(quiet) / len(quiet)))
+        ratios.sort()
+        r = ratios[len(ratios) // 2] if ratios else 0.0
+        alive = all(facts.get(f"imp_busy_alive_{k}") == "1" for k in range(1, rounds + 1))
+        failures = sum(rows[n]["non2xx"] + rows[n]["errors"] for n in names if n in rows)
+        busy_rps = [rps(f"imp_p1_busy_{k}") for k in range(1, rounds + 1)]
+        table.append((f"P1 beside an import at {facts.get('imp_busy_rate', '?')}/s", facts.get("hit_conns"),
+                      f"{sorted(busy_rps)[len(busy_rps) // 2]:.0f}", "-", "-", "P1 quiet on either side",
+                      f"median {r:.2f}x of {len(ratios)} rounds ({', '.join(f'{x:.2f}' for x in ratios)}); deliveries per round "
+                      + ", ".join(facts.get(f"imp_busy_calls_{k}", "?") for k in range(1, rounds + 1)) + "; import process "
+                      + ", ".join(facts.get(f"imp_busy_import_cores_{k}", "?") for k in range(1, rounds + 1)) + " cores"
+                      + ("" if alive else "; an import ended before its row did"),
                       ">= 0.90x quiet", "PASS" if r >= 0.9 and alive and failures == 0 else "FAIL", failures))
 tail = rows.get("pw_tail")
 if tail:
@@ -214,9 +222,6 @@ widths = [max(len(str(row[i])) for row in table + [header]) for i in range(len(h
 print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
 for row in table:
     print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-if "imp_p1_busy" in rows:
-    print("P1 beside an import: two identical P1 rows differ by up to 20% on this machine (docs/benchmarks-log.md); "
-          "quiet 2/quiet 1 is this run's own spread.")
 if interleaved:
     print()
     print(f"Interleaved rounds ({facts.get('rounds', '?')} per comparison, rows alternating which goes first):")
