@@ -202,6 +202,9 @@ run() {
   local perf_pid= calls_before=
   [[ $name == pw_hit_* || $name == pw_tail ]] && calls_before=$(upstream_calls)
   [[ $name == cluster_hit_* ]] && calls_before=$(upstream_calls "$cluster_admin")
+  # Redis's read events over P2 and the queued row (each a write of the sidecar's: a round trip).
+  local reads_before=
+  [[ $name == pw_forwarded || $name == pw_queued ]] && reads_before=$(redis_reads)
   # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
   local perf_target=
   case $name in
@@ -229,6 +232,7 @@ run() {
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$out"); non2xx=${non2xx:-0}
   errors=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}' "$out"); errors=${errors:-0}
   [[ -n $perf_pid ]] && { wait "$perf_pid" || true; }
+  [[ -n $reads_before ]] && fact "${name}_redis_reads" "$(( $(redis_reads) - reads_before ))"
   if [[ -n $calls_before ]]; then
     local admin_port=$pw_admin
     [[ $name == cluster_hit_* ]] && admin_port=$cluster_admin
@@ -273,6 +277,7 @@ cpu_ticks() {
 upstream_calls() { curl -s "http://127.0.0.1:${1:-$pw_admin}/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
 # Calls to introspection endpoints so far: a warm-cache scenario that makes any measured misses.
 introspection_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_introspection_calls_total/ {s += $NF} END {print s + 0}'; }
+redis_reads() { redis-cli -p "$redis_port" INFO stats | tr -d '\r' | awk -F: '$1=="total_reads_processed" {print $2}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pw_pid/status"; }
 register_lua=scripts/bench/register.lua
 
@@ -300,6 +305,7 @@ results="$work/results-$run_number.txt"
 echo "run $run_number of $RUNS" >&2
 fact hit_conns "$HIT_CONNECTIONS"
 fact nproc "$(nproc)"
+fact duration_seconds "${DURATION%s}"
 fact fwd_conns "$FORWARD_CONNECTIONS"
 if want hit; then
   LUA= run nginx_static "http://127.0.0.1:$nginx_static/" "$HIT_CONNECTIONS" "$DURATION"
