@@ -270,6 +270,12 @@ final class RateLimiter: Sendable {
             // Changed after the walk: a change during it would copy the whole table each turn.
             for name in gone { counters[name] = nil }
             for name in sent { counters[name]?.markSending() }
+            // A dictionary keeps its buckets when emptied: after a burst of contacts, copy it smaller.
+            if !gone.isEmpty, counters.capacity > 4 * counters.count + 1024 {
+                var smaller = [Int: Counter](minimumCapacity: counters.count)
+                for (name, counter) in counters { smaller[name] = counter }
+                counters = smaller
+            }
         }
         if !chunk.counts.isEmpty { chunks.append(chunk) }
         return chunks
