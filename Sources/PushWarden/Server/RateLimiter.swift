@@ -136,8 +136,7 @@ final class RateLimiter: Sendable {
         }
     }
 
-    /// A counter's name: the per-process seeded hash of its app, route and contact. Two counters
-    /// sharing one (about n² / 2⁶⁵ for n counters, not steerable without the seed) share a count.
+    /// A counter's name: the seeded (per process, so not steerable) hash of its app, route and contact; two that collide share a count.
     private static func name(app: String, route: String, contactID: String) -> Int {
         var hasher = Hasher()
         hasher.combine(app)
