@@ -47,13 +47,20 @@ final class RateLimiter: Sendable {
 
         var current: Int64 { known + unsent + sending }
 
+        /// The unsent count is on its way to the store.
+        mutating func markSending() {
+            sending += unsent
+            unsent = 0
+        }
+
         /// What is unsent, for this window's counter in the store; its expiry the first time.
         func outgoing() -> RateWindowCount {
             RateWindowCount(key: storeKey + ":" + String(window), count: unsent, ttlMillis: made ? nil : 2 * periodMillis)
         }
     }
 
-    private let counters = Mutex([String: Counter]())
+    /// Keyed by `name(app:route:contactID:)`, a hash, so an entry holds no text of its own.
+    private let counters = Mutex([Int: Counter]())
     private let shared: (any SharedRateLimits)?
     /// Names each contact's counters, as the contact's other keys are named.
     private let digests: KeyDigest
@@ -107,7 +114,7 @@ final class RateLimiter: Sendable {
     /// by this process's own count, and what it then admits is the fallback.
     private func check(app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, on loop: EventLoop,
                        mayWait: Bool = true, completion: @escaping (ContractError?) -> Void) {
-        let name = app + "\u{0}" + route + "\u{0}" + contactID
+        let name = Self.name(app: app, route: route, contactID: contactID)
         let storeKey = { [digests] in digests.contact(contactID, app: app).rateLimit(route: route) }
         let decision = decide(name, limit: limit, now: Int64(SystemClock.epochMillis()), mayWait: mayWait && shared != nil, storeKey: storeKey)
         guard case .send(let count, let window) = decision, let shared else {
@@ -129,6 +136,15 @@ final class RateLimiter: Sendable {
         }
     }
 
+    /// A counter's name: the seeded (per process, so not steerable) hash of its app, route and contact; two that collide share a count.
+    private static func name(app: String, route: String, contactID: String) -> Int {
+        var hasher = Hasher()
+        hasher.combine(app)
+        hasher.combine(route)
+        hasher.combine(contactID)
+        return hasher.finalize()
+    }
+
     private func refusal(_ decision: Decision, route: String) -> ContractError? {
         guard case .refused(let seconds) = decision else { return nil }
         return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: seconds)
@@ -136,7 +152,7 @@ final class RateLimiter: Sendable {
 
     /// Counts the request in when it fits: refused when the contact is at its limit as far as this
     /// process knows, sent first when the process's share is used up and `mayWait`.
-    private func decide(_ name: String, limit: ClientPolicy.RateLimit, now: Int64, mayWait: Bool,
+    private func decide(_ name: Int, limit: ClientPolicy.RateLimit, now: Int64, mayWait: Bool,
                         storeKey: () -> String) -> Decision {
         let period = Int64(max(limit.perSeconds, 1)) * 1000
         let window = now / period
@@ -169,7 +185,7 @@ final class RateLimiter: Sendable {
 
     /// Takes the store's answer for `count`, added to window `window`: true when it answered.
     @discardableResult
-    private func settle(_ name: String, window: Int64, count: Int64, result: Result<[Int64], StoreError>) -> Bool {
+    private func settle(_ name: Int, window: Int64, count: Int64, result: Result<[Int64], StoreError>) -> Bool {
         counters.withLock { counters in
             guard var counter = counters[name] else { return }
             defer { counters[name] = counter }
@@ -221,7 +237,7 @@ final class RateLimiter: Sendable {
 
     /// Counts on their way to the store, and whose they are.
     private struct Outgoing: Sendable {
-        var names: [String] = []
+        var names: [Int] = []
         var windows: [Int64] = []
         var counts: [RateWindowCount] = []
     }
@@ -232,24 +248,32 @@ final class RateLimiter: Sendable {
         var chunks: [Outgoing] = []
         var chunk = Outgoing()
         counters.withLock { counters in
+            var gone: [Int] = []
+            var sent: [Int] = []
             for (name, counter) in counters {
                 // A counter two windows old counts for nothing any more.
                 if now / counter.periodMillis - counter.window >= 2 {
-                    counters[name] = nil
+                    gone.append(name)
                     continue
                 }
                 guard counter.unsent > 0, shared != nil else { continue }
-                var counter = counter
                 chunk.names.append(name)
                 chunk.windows.append(counter.window)
                 chunk.counts.append(counter.outgoing())
-                counter.sending += counter.unsent
-                counter.unsent = 0
-                counters[name] = counter
+                sent.append(name)
                 if chunk.counts.count == Self.syncChunk {
                     chunks.append(chunk)
                     chunk = Outgoing()
                 }
+            }
+            // Changed after the walk: a change during it would copy the whole table each turn.
+            for name in gone { counters[name] = nil }
+            for name in sent { counters[name]?.markSending() }
+            // A dictionary keeps its buckets when emptied: after a burst of contacts, copy it smaller.
+            if !gone.isEmpty, counters.capacity > 4 * counters.count + 1024 {
+                var smaller = [Int: Counter](minimumCapacity: counters.count)
+                for (name, counter) in counters { smaller[name] = counter }
+                counters = smaller
             }
         }
         if !chunk.counts.isEmpty { chunks.append(chunk) }
