@@ -27,8 +27,11 @@ final class RateLimiter: Sendable {
     static let syncMillis: Int64 = 1000
 
     private struct Counter {
-        /// The contact's key for the route in the store; each window's counter appends its index.
-        let storeKey: String
+        /// Whose counter this is: the store's key is made from them when a count is sent (a digest
+        /// a second per active contact, rather than a key of ~100 bytes kept for each).
+        let app: String
+        let route: String
+        let contactID: String
         /// The limit's period, in milliseconds.
         var periodMillis: Int64
         /// The window (epoch milliseconds / period) the counts below are for.
@@ -54,8 +57,9 @@ final class RateLimiter: Sendable {
         }
 
         /// What is unsent, for this window's counter in the store; its expiry the first time.
-        func outgoing() -> RateWindowCount {
-            RateWindowCount(key: storeKey + ":" + String(window), count: unsent, ttlMillis: made ? nil : 2 * periodMillis)
+        func outgoing(_ digests: KeyDigest) -> RateWindowCount {
+            RateWindowCount(key: digests.contact(contactID, app: app).rateLimit(route: route) + ":" + String(window), count: unsent,
+                            ttlMillis: made ? nil : 2 * periodMillis)
         }
     }
 
@@ -105,7 +109,7 @@ final class RateLimiter: Sendable {
         case admitted
         case refused(retryAfterSeconds: Int)
         /// The store must hear of `count` first (the process's share is used up).
-        case send(RateWindowCount, window: Int64)
+        case send(Counter, window: Int64)
     }
 
     /// Decides, or sends the contact's count first when this process's share is used up and
@@ -115,15 +119,17 @@ final class RateLimiter: Sendable {
     private func check(app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, on loop: EventLoop,
                        mayWait: Bool = true, completion: @escaping (ContractError?) -> Void) {
         let name = Self.name(app: app, route: route, contactID: contactID)
-        let storeKey = { [digests] in digests.contact(contactID, app: app).rateLimit(route: route) }
-        let decision = decide(name, limit: limit, now: Int64(SystemClock.epochMillis()), mayWait: mayWait && shared != nil, storeKey: storeKey)
-        guard case .send(let count, let window) = decision, let shared else {
+        let decision = decide(name, app: app, route: route, contactID: contactID, limit: limit, now: Int64(SystemClock.epochMillis()),
+                              mayWait: mayWait && shared != nil)
+        guard case .send(let unsent, let window) = decision, let shared else {
             completion(refusal(decision, route: route))
             return
         }
+        let count = unsent.outgoing(digests)
         shared.add([count], on: loop) { [self] result in
             guard settle(name, window: window, count: count.count, result: result) else {
-                let decision = decide(name, limit: limit, now: Int64(SystemClock.epochMillis()), mayWait: false, storeKey: storeKey)
+                let decision = decide(name, app: app, route: route, contactID: contactID, limit: limit, now: Int64(SystemClock.epochMillis()),
+                                      mayWait: false)
                 if case .admitted = decision {
                     metrics.rateLimitFallback(app: app)
                     logger.bounded(.warning, "rate limit store unavailable; request admitted", key: app,
@@ -152,12 +158,12 @@ final class RateLimiter: Sendable {
 
     /// Counts the request in when it fits: refused when the contact is at its limit as far as this
     /// process knows, sent first when the process's share is used up and `mayWait`.
-    private func decide(_ name: Int, limit: ClientPolicy.RateLimit, now: Int64, mayWait: Bool,
-                        storeKey: () -> String) -> Decision {
+    private func decide(_ name: Int, app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, now: Int64,
+                        mayWait: Bool) -> Decision {
         let period = Int64(max(limit.perSeconds, 1)) * 1000
         let window = now / period
         return counters.withLock { counters in
-            var counter = counters[name] ?? Counter(storeKey: storeKey(), periodMillis: period, window: window)
+            var counter = counters[name] ?? Counter(app: app, route: route, contactID: contactID, periodMillis: period, window: window)
             defer { counters[name] = counter }
             if counter.window != window || counter.periodMillis != period {
                 counter.previous = counter.window == window - 1 && counter.periodMillis == period ? counter.current : 0
@@ -173,10 +179,10 @@ final class RateLimiter: Sendable {
                 return .refused(retryAfterSeconds: Int(max(1, min((wait / 1000).rounded(.up), 1e9))))
             }
             if mayWait, counter.unsent + counter.sending >= Self.share(limit) {
-                let count = counter.outgoing()
-                counter.sending += counter.unsent
-                counter.unsent = 0
-                return .send(count, window: window)
+                // Its key is made outside the lock (a digest).
+                let unsent = counter
+                counter.markSending()
+                return .send(unsent, window: window)
             }
             counter.unsent += 1
             return .admitted
@@ -245,11 +251,9 @@ final class RateLimiter: Sendable {
     /// Every counter's unsent count, now on its way, in chunks; forgets counters two windows old.
     private func unsentCounts() -> [Outgoing] {
         let now = Int64(SystemClock.epochMillis())
-        var chunks: [Outgoing] = []
-        var chunk = Outgoing()
+        var unsent: [(name: Int, counter: Counter)] = []
         counters.withLock { counters in
             var gone: [Int] = []
-            var sent: [Int] = []
             for (name, counter) in counters {
                 // A counter two windows old counts for nothing any more.
                 if now / counter.periodMillis - counter.window >= 2 {
@@ -257,23 +261,28 @@ final class RateLimiter: Sendable {
                     continue
                 }
                 guard counter.unsent > 0, shared != nil else { continue }
-                chunk.names.append(name)
-                chunk.windows.append(counter.window)
-                chunk.counts.append(counter.outgoing())
-                sent.append(name)
-                if chunk.counts.count == Self.syncChunk {
-                    chunks.append(chunk)
-                    chunk = Outgoing()
-                }
+                unsent.append((name, counter))
             }
             // Changed after the walk: a change during it would copy the whole table each turn.
             for name in gone { counters[name] = nil }
-            for name in sent { counters[name]?.markSending() }
+            for (name, _) in unsent { counters[name]?.markSending() }
             // A dictionary keeps its buckets when emptied: after a burst of contacts, copy it smaller.
             if !gone.isEmpty, counters.capacity > 4 * counters.count + 1024 {
                 var smaller = [Int: Counter](minimumCapacity: counters.count)
                 for (name, counter) in counters { smaller[name] = counter }
                 counters = smaller
+            }
+        }
+        // The keys (a digest each) are made outside the lock the requests take.
+        var chunks: [Outgoing] = []
+        var chunk = Outgoing()
+        for (name, counter) in unsent {
+            chunk.names.append(name)
+            chunk.windows.append(counter.window)
+            chunk.counts.append(counter.outgoing(digests))
+            if chunk.counts.count == Self.syncChunk {
+                chunks.append(chunk)
+                chunk = Outgoing()
             }
         }
         if !chunk.counts.isEmpty { chunks.append(chunk) }
