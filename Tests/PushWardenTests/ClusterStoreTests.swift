@@ -405,6 +405,32 @@ func steadyRegistrations(_ tokens: [String], through sidecars: [Harness], perSec
         await h.stop()
     }
 
+    /// A window's counter in Redis set by hand to the largest count Redis holds: the contact is
+    /// refused (with a Retry-After), and nothing in the sums overflows.
+    @Test func aCounterSetToTheLargestCountIsRefusedNotACrash() async throws {
+        let h = try await Harness(clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 5/min}")
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        defer { client.close() }
+        let contact = "mallory-\(UUID().uuidString.prefix(6))"
+        let key = KeyDigest.unkeyed.contact(contact, app: h.app).rateLimit(route: "unregister")
+        let window = Int64(Date().timeIntervalSince1970 * 1000) / 60_000
+        for w in [window, window + 1] {
+            _ = try await client.send(["SET", key + ":" + String(w), String(Int64.max - 1), "PX", "180000"])
+        }
+        let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#
+        var statuses: [Int] = []
+        for _ in 0..<4 {
+            let reply = try await h.post("/installations/unregister", body, contact: contact)
+            statuses.append(reply.status)
+            if reply.status == 429 { #expect((Int(reply.headers["Retry-After"] ?? "") ?? 0) >= 1) }
+        }
+        // The first is admitted on this process's share (it has heard nothing yet); the next asks Redis.
+        #expect(statuses.first == 202)
+        #expect(statuses.dropFirst().allSatisfy { $0 == 429 }, "\(statuses)")
+        #expect(try await h.post("/installations/unregister", body, contact: contact + "-other").status == 202)
+        await h.stop()
+    }
+
     @Test func theMemoryStoreLimitsPerProcessWithItsWindow() async throws {
         let h = try await Harness(store: .memory, clientYAML: "      platforms: [android]\n      rate_limits: {unregister: 2/min}")
         let body = #"{"push_token":"fcm-\#(UUID().uuidString)"}"#

@@ -25,6 +25,8 @@ import Synchronization
 final class RateLimiter: Sendable {
     /// How often the counts meet in the store.
     static let syncMillis: Int64 = 1000
+    /// The most a count from the store is taken for: far above any limit, far below overflow.
+    static let countCeiling: Int64 = 1 << 40
 
     private struct Counter {
         /// Whose counter this is: the store's key is made from them when a count is sent (a digest
@@ -200,13 +202,14 @@ final class RateLimiter: Sendable {
                 switch result {
                 // The total includes this count and whatever was added before it, by anyone.
                 case .success(let totals):
-                    counter.known = max(counter.known, totals.first ?? 0)
+                    // Bounded: a counter set by hand to near Int64.max must not overflow the sums.
+                    counter.known = max(counter.known, min(totals.first ?? 0, Self.countCeiling))
                     counter.made = true
                 // Not shared, still counted here.
                 case .failure: counter.known += count
                 }
             } else if counter.window == window + 1, case .success(let totals) = result {
-                counter.previous = max(counter.previous, totals.first ?? 0)
+                counter.previous = max(counter.previous, min(totals.first ?? 0, Self.countCeiling))
             }
         }
         if case .success = result { return true }
