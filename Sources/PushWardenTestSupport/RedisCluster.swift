@@ -194,7 +194,8 @@ public final class RedisCluster: Sendable {
         guard let bus = busPorts[port], servers.withLock({ $0[port] == nil }) else { return }
         let server = try RedisServer.start(port: port, arguments: Self.nodeArguments(port: port, bus: bus, directory: directory))
         servers.withLock { $0[port] = server }
-        try waitUntilHealthy(seconds: 30)
+        // A node rejoining after a SIGKILL took over 30 s to agree with the others once, on a loaded machine.
+        try waitUntilHealthy(seconds: 60)
     }
 
     /// Moves `count` slots from the master on `from` to the master on `to`, keys and all
