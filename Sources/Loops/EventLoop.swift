@@ -284,7 +284,9 @@ public struct LoopError: Error, Sendable, CustomStringConvertible {
 /// that awaiting something the loop drives (its Redis connection) resumes without a thread hop.
 extension EventLoop: TaskExecutor {
     public func enqueue(_ job: consuming ExecutorJob) {
-        // A job enqueued on a stopping loop is dropped, as `execute`'s closures are.
-        _ = post(.task(UnownedJob(job)))
+        let task = UnownedJob(job)
+        // A stopping loop runs no more jobs: the task goes on in the global pool rather than never
+        // resuming (a shutdown awaits the outbox workers that prefer the loops).
+        if !post(.task(task)) { globalConcurrentExecutor.enqueue(ExecutorJob(task)) }
     }
 }

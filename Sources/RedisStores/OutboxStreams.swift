@@ -49,17 +49,17 @@ package struct OutboxStreams: OutboxQueue {
 
     /// Appends `entry` to its shard's stream and sets or clears the token's waiting mark, in one
     /// script, over `loop`'s own connection when a request on that loop queues it (nil: the pool).
-    /// Returns once Redis acknowledged it: true when appended, false when the same registration
+    /// Returns once Redis acknowledged it: the shard when appended, nil when the same registration
     /// already waited (nothing written).
     @discardableResult
-    package func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Bool {
+    package func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Int? {
         let (shard, markKey) = upstream.place(of: entry.pushToken, digests: digests)
         var arguments = [entry.encoded(sealer: sealer)]
         if case .waiting(let fingerprint, let seconds) = mark { arguments += [fingerprint, String(max(1, seconds))] }
         let reply = try await evaluate(Self.appendScript, keys: [upstream.stream(shard), markKey], arguments: arguments, on: loop)
         switch reply {
-        case .integer(1): return true
-        case .integer(0): return false
+        case .integer(1): return shard
+        case .integer(0): return nil
         default: throw StoreError(.unexpectedReply, "unexpected append reply")
         }
     }
@@ -88,14 +88,29 @@ package struct OutboxStreams: OutboxQueue {
         _ = try? await evaluate(Self.releaseScript, key: upstream.lease(shard), arguments: [owner])
     }
 
-    /// Entries of the shard that `consumer` has read but not acknowledged (in order), then new
-    /// ones, up to `count` in all. Entries another consumer left pending for `claimAfterMillis`
-    /// are taken over first.
-    package func read(_ shard: Int, of upstream: Upstream, consumer: String, count: Int, claimAfterMillis: Int) async throws(StoreError) -> [Message] {
+    /// Entries of the shard that `consumer` has read but not acknowledged (in order, with `own`),
+    /// then new ones, up to `count` in all. With `claimAfterMillis`, entries another consumer left
+    /// pending that long are taken over first (and read as its own).
+    package func read(_ shard: Int, of upstream: Upstream, consumer: String, count: Int, claimAfterMillis: Int?,
+                      own: Bool) async throws(StoreError) -> [Message] {
         let stream = upstream.stream(shard)
-        _ = try await send(["XAUTOCLAIM", stream, Self.group, consumer, String(claimAfterMillis), "0-0", "COUNT", String(count), "JUSTID"])
-        var messages = Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT", String(count),
+        var own = own
+        if let claimAfterMillis {
+            let claimed = try await send(["XAUTOCLAIM", stream, Self.group, consumer, String(claimAfterMillis), "0-0", "COUNT", String(count),
+                                          "JUSTID"])
+            // `[cursor, [ids], ...]`: a cursor past 0-0 means more waited than one call takes.
+            if case .array(let parts) = claimed, parts.count >= 2 {
+                if case .array(let ids) = parts[1], !ids.isEmpty { own = true }
+                if parts[0].string != "0-0" { own = true }
+            } else {
+                own = true  // an answer not understood: read what may be ours
+            }
+        }
+        var messages: [Message] = []
+        if own {
+            messages = Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT", String(count),
                                                               "STREAMS", stream, "0"]))
+        }
         if messages.count < count {
             messages += Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT",
                                                                String(count - messages.count), "STREAMS", stream, ">"]))

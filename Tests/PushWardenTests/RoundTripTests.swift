@@ -1,6 +1,7 @@
 import Foundation
 @testable import PushWarden
 @testable import RedisStores
+@testable import Registration
 import PushWardenTestSupport
 import RedisClient
 import Testing
@@ -9,7 +10,8 @@ import Testing
 /// sidecar sends (one per loop turn and connection) is one read event there
 /// (`total_reads_processed`). A forward is the dedupe lookup, the check-and-lock, then the
 /// dedupe entry and the inventory record in one write; a hit is the lookup alone; a rate limit
-/// adds none of its own. One redis-server for the suite, nothing else on it.
+/// adds none of its own. A queued delivery reads its shard once a pass. A redis-server of its own
+/// per test, nothing else on it.
 @Suite(.serialized) struct RoundTripTests {
     @Test func aForwardCostsThreeRoundTripsAndAHitOne() async throws {
         let server = try RedisServer.start()
@@ -59,6 +61,52 @@ import Testing
         }
         #expect((2.75...3.25).contains(forwards.min() ?? 0), "reads per forward in three batches: \(forwards)")
         #expect((0.75...1.25).contains(hits.min() ?? 0), "reads per hit in three batches: \(hits)")
+        await h.stop()
+        await voyado.stop()
+    }
+
+    /// A queued delivery's pass reads its shard in one command, busy or idle: the shard's lease
+    /// is renewed once a third of `claim_after` has gone and other consumers' stale entries are
+    /// looked for every quarter of it (a second at least), not on every pass. Forty
+    /// registrations, each delivered before the next is made (so every pass carries about one).
+    @Test func aQueuedDeliveryReadsItsShardOnceAPass() async throws {
+        let server = try RedisServer.start()
+        defer { server.stop() }
+        let counter = RedisClient(configuration: server.configuration())
+        defer { counter.close() }
+        let voyado = try MockVoyado(apiKey: "vk", latencyMillis: 5)
+        let h = try await SidecarHarness(upstreams: OutboxTests.voyado(voyado), secrets: [.env("VOYADO_KEY"): "vk"],
+                                         store: RedisStore(client: RedisClient(configuration: server.configuration())))
+        /// Calls of each command Redis ran, from its own statistics.
+        func calls() async throws -> [String: Int] {
+            let info = try await counter.send(["INFO", "commandstats"], on: nil).string ?? ""
+            var calls: [String: Int] = [:]
+            for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_") {
+                let name = line.dropFirst("cmdstat_".count).prefix { $0 != ":" }
+                let count = line.split(separator: ":calls=").dropFirst().first?.prefix { $0.isNumber } ?? ""
+                calls[String(name)] = Int(count)
+            }
+            return calls
+        }
+        #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android())).outcome("voyado") == "queued")
+        #expect(await OutboxTests.eventually { voyado.received(path: "/installations").count == 1 })
+        let before = try await calls()
+        let started = Date()
+        for n in 2...41 {
+            #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android())).outcome("voyado") == "queued")
+            #expect(await OutboxTests.eventually { voyado.received(path: "/installations").count == n })
+        }
+        let seconds = Date().timeIntervalSince(started)
+        let after = try await calls()
+        func made(_ command: String) -> Int { (after[command] ?? 0) - (before[command] ?? 0) }
+        let shards = Double(Outbox.queuedShards)
+        let passes = made("xreadgroup")
+        print("queued deliveries: 40 in \(String(format: "%.1f", seconds)) s; XREADGROUP \(passes), XAUTOCLAIM \(made("xautoclaim")), "
+              + "lease renewals (PEXPIRE) \(made("pexpire"))")
+        #expect(passes >= 40, "every delivery was read")
+        // claim_after 5s: a look every 1.25 s per shard, a renewal every 1.67 s, and the first of each.
+        #expect(Double(made("xautoclaim")) <= shards * (seconds / 1.25 + 1), "XAUTOCLAIM \(made("xautoclaim")) in \(seconds) s")
+        #expect(Double(made("pexpire")) <= shards * (seconds / 1.6 + 1), "PEXPIRE \(made("pexpire")) in \(seconds) s")
         await h.stop()
         await voyado.stop()
     }

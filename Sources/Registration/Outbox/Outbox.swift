@@ -89,8 +89,8 @@ package final class Outbox: Sendable {
         guard let target = targets[Self.key(entry.app, entry.upstream)] else {
             throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
         }
-        if try await streams.append(entry, to: target, mark: mark, on: loop) {
-            signals[Self.key(entry.app, entry.upstream)]?.wake()
+        if let shard = try await streams.append(entry, to: target, mark: mark, on: loop) {
+            signals[Self.key(entry.app, entry.upstream)]?.wake(shard: shard)
         }
     }
 }

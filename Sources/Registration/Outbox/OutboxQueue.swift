@@ -65,17 +65,21 @@ package struct OutboxMessage: Sendable, Equatable {
 /// by one replica at a time per shard under a lease. The Redis store's streams implement it
 /// (`OutboxStreams`); nothing else can keep deliveries across a restart.
 package protocol OutboxQueue: Sendable {
-    /// Appends `entry` and sets or clears the token's waiting mark in one step; false when the same
-    /// registration already waited (nothing written). Over `loop`'s own connection when given.
-    func append(_ entry: OutboxEntry, to target: OutboxTarget, mark: OutboxMark, on loop: EventLoop?) async throws(StoreError) -> Bool
+    /// Appends `entry` and sets or clears the token's waiting mark in one step: the shard it went
+    /// to, nil when the same registration already waited (nothing written). Over `loop`'s own
+    /// connection when given.
+    func append(_ entry: OutboxEntry, to target: OutboxTarget, mark: OutboxMark, on loop: EventLoop?) async throws(StoreError) -> Int?
     /// Makes the shards' consumer group, once per process.
     func prepare(_ target: OutboxTarget) async throws(StoreError)
     /// Takes or renews the shard's lease for `owner`; true while `owner` holds it.
     func hold(_ shard: Int, of target: OutboxTarget, owner: String, millis: Int) async throws(StoreError) -> Bool
     /// Gives the lease back (only while `owner` still holds it).
     func release(_ shard: Int, of target: OutboxTarget, owner: String) async
-    /// What `consumer` read and did not acknowledge, then new entries, up to `count`.
-    func read(_ shard: Int, of target: OutboxTarget, consumer: String, count: Int, claimAfterMillis: Int) async throws(StoreError) -> [OutboxMessage]
+    /// Up to `count` entries: with `claimAfterMillis`, those another consumer left pending that
+    /// long are taken over first; then, with `own` (or after a takeover), what `consumer` read and
+    /// did not acknowledge; then new ones.
+    func read(_ shard: Int, of target: OutboxTarget, consumer: String, count: Int, claimAfterMillis: Int?,
+              own: Bool) async throws(StoreError) -> [OutboxMessage]
     /// The entry a message holds, its sealed fields opened.
     func decode(_ message: OutboxMessage) -> Result<OutboxEntry, OutboxEntry.DecodingFailure>
     /// Acknowledges and removes an entry, clearing a registration's waiting mark.

@@ -82,19 +82,20 @@ package final class OutboxWorker: Sendable {
     /// lease back.
     private func run(_ shard: Int) async {
         var retries = RetrySchedule()
+        var reader = ShardReader(shard: shard)
         var idle: UInt64 = 25
         while !Task.isCancelled {
             guard let app = apps[id: target.app], let caller = app.upstreams.first(where: { $0.adapter.name == target.upstream }) else {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
-            // An open circuit: queued deliveries wait instead of hammering; the first call after
-            // `open_for` is the probe.
+            // An open circuit: queued deliveries wait instead of hammering, however often this
+            // process enqueues; the first call after `open_for` is the probe.
             if let wait = caller.circuitWaitMillis {
-                await signal.wait(upTo: UInt64(max(1, wait)))
+                try? await Task.sleep(for: .milliseconds(max(1, wait)))
                 continue
             }
-            let pass = await pass(over: shard, app: app, caller: caller, claimAfterMillis: caller.policy.queue.claimAfterMillis,
+            let pass = await pass(over: &reader, app: app, caller: caller, claimAfterMillis: caller.policy.queue.claimAfterMillis,
                                   retries: &retries)
             // Busy: go straight on. Idle: wait for this process's next enqueue, or a while
             // (other replicas' entries, retries coming due), longer the longer it stays idle.
@@ -106,7 +107,7 @@ package final class OutboxWorker: Sendable {
                 // enqueues; re-reading the same waiting batch on every enqueue only burns CPU.
                 try? await Task.sleep(for: .milliseconds(min(max(1, due), 1000)))
             } else {
-                await signal.wait(upTo: min(idle, retries.nextDueIn().map { max(1, $0) } ?? idle))
+                await signal.wait(upTo: min(idle, retries.nextDueIn().map { max(1, $0) } ?? idle), shard: shard)
                 idle = min(idle * 2, 1000)
             }
         }
@@ -114,15 +115,17 @@ package final class OutboxWorker: Sendable {
     }
 
     /// One shard's turn: its lease, what waits in it, and delivering that.
-    private func pass(over shard: Int, app: AppRuntime, caller: UpstreamCaller, claimAfterMillis: Int,
+    private func pass(over reader: inout ShardReader, app: AppRuntime, caller: UpstreamCaller, claimAfterMillis: Int,
                       retries: inout RetrySchedule) async -> Pass {
         do {
-            guard try await streams.hold(shard, of: target, owner: consumer, millis: claimAfterMillis) else { return Pass() }
-            let messages = try await streams.read(shard, of: target, consumer: consumer, count: batch, claimAfterMillis: claimAfterMillis)
-            var pass = await deliver(messages, shard: shard, app: app, caller: caller, retries: &retries)
+            guard let messages = try await reader.read(streams, of: target, consumer: consumer, count: batch,
+                                                       claimAfterMillis: claimAfterMillis) else { return Pass() }
+            var pass = await deliver(messages, shard: reader.shard, app: app, caller: caller, retries: &retries)
             pass.read = messages.count
+            reader.finished(read: pass.read, left: pass.left, count: batch)
             return pass
         } catch {
+            reader.forget()
             logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [
                 ("app", target.app), ("upstream", target.upstream), ("error", error.detail)])
             return Pass()
@@ -308,32 +311,46 @@ package struct RetrySchedule: Sendable {
     }
 }
 
-/// Wakes a waiting worker when this process queued something; otherwise it sleeps its interval.
+/// Wakes the worker of a shard when this process queued something there; otherwise it sleeps
+/// its interval. Only that shard's wait is cut short: a storm of accepts wakes each shard's worker
+/// once per pass, not every worker once per accept.
 package final class OutboxSignal: Sendable {
+    private struct Sleeper {
+        let shard: Int
+        let task: Task<Void, Never>
+    }
+
     private struct State {
         var next = 0
         /// The waits in progress: a wake cancels their sleeps.
-        var sleepers: [Int: Task<Void, Never>] = [:]
+        var sleepers: [Int: Sleeper] = [:]
     }
 
     private let state = Mutex(State())
 
-    func wake() {
-        let sleepers = state.withLock { state -> [Int: Task<Void, Never>] in
-            defer { state.sleepers.removeAll(keepingCapacity: true) }
-            return state.sleepers
+    package init() {}
+
+    /// Cuts short the wait of `shard`'s worker (nil: every worker's).
+    func wake(shard: Int? = nil) {
+        let woken = state.withLock { state -> [Task<Void, Never>] in
+            var woken: [Task<Void, Never>] = []
+            for (id, sleeper) in state.sleepers where shard == nil || sleeper.shard == shard {
+                woken.append(sleeper.task)
+                state.sleepers[id] = nil
+            }
+            return woken
         }
-        for sleeper in sleepers.values { sleeper.cancel() }
+        for task in woken { task.cancel() }
     }
 
-    /// Returns after `millis`, soon after the next `wake`, or at cancellation.
-    func wait(upTo millis: UInt64) async {
+    /// Returns after `millis`, soon after the next `wake` of `shard`, or at cancellation.
+    func wait(upTo millis: UInt64, shard: Int = 0) async {
         // One timer for the whole wait (an idle worker wakes once per interval, not every few
         // milliseconds), cut short by `wake` or by cancelling the waiting task.
         let sleeper = Task<Void, Never> { _ = try? await Task.sleep(for: .milliseconds(min(millis, 86_400_000))) }
         let id = state.withLock { state -> Int in
             state.next &+= 1
-            state.sleepers[state.next] = sleeper
+            state.sleepers[state.next] = Sleeper(shard: shard, task: sleeper)
             return state.next
         }
         await withTaskCancellationHandler { await sleeper.value } onCancel: { sleeper.cancel() }

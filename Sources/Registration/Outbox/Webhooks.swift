@@ -140,6 +140,8 @@ package final class WebhookWorker: Sendable {
     let signal: OutboxSignal
     let retry: RetryPolicy
     static let claimAfterMillis = 30_000
+    /// How many events one pass reads.
+    static let batch = 64
 
     package init(streams: any OutboxQueue, endpoint: WebhookEndpoint, app: String, transport: any UpstreamTransport, consumer: String,
                  metrics: Metrics, logger: Logger, signal: OutboxSignal,
@@ -168,12 +170,13 @@ package final class WebhookWorker: Sendable {
             }
         }
         var retries = RetrySchedule()
+        var reader = ShardReader(shard: 0)
         var idle: UInt64 = 25
         while !Task.isCancelled {
             var left = 0
             do {
-                if try await streams.hold(0, of: target, owner: consumer, millis: Self.claimAfterMillis) {
-                    let messages = try await streams.read(0, of: target, consumer: consumer, count: 64, claimAfterMillis: Self.claimAfterMillis)
+                if let messages = try await reader.read(streams, of: target, consumer: consumer, count: Self.batch,
+                                                        claimAfterMillis: Self.claimAfterMillis) {
                     let now = MonotonicClock.nowMillis()
                     let due = messages.filter { retries.isDue($0.id, now: now) }
                     let results = await mapConcurrently(due) { [self] message in
@@ -189,8 +192,10 @@ package final class WebhookWorker: Sendable {
                             retries.failed(id, now: MonotonicClock.nowMillis(), policy: retry, retryAfterSeconds: .some(after))
                         }
                     }
+                    reader.finished(read: messages.count, left: left, count: Self.batch)
                 }
             } catch {
+                reader.forget()
                 logger.bounded(.warning, "webhook outbox unavailable", key: target.app + target.upstream, [
                     ("app", target.app), ("webhook", endpoint.host), ("error", error.detail)])
             }
