@@ -78,8 +78,8 @@ package struct OutboxStreams: OutboxQueue {
     }
 
     /// Takes or renews the shard's lease for `owner` for `millis`. True when `owner` holds it.
-    package func hold(_ shard: Int, of upstream: Upstream, owner: String, millis: Int) async throws(StoreError) -> Bool {
-        let reply = try await evaluate(Self.holdScript, key: upstream.lease(shard), arguments: [owner, String(millis)])
+    package func hold(_ shard: Int, of upstream: Upstream, owner: String, millis: Int, on loop: EventLoop? = nil) async throws(StoreError) -> Bool {
+        let reply = try await evaluate(Self.holdScript, keys: [upstream.lease(shard)], arguments: [owner, String(millis)], on: loop)
         return reply == .integer(1)
     }
 
@@ -92,12 +92,12 @@ package struct OutboxStreams: OutboxQueue {
     /// then new ones, up to `count` in all. With `claimAfterMillis`, entries another consumer left
     /// pending that long are taken over first (and read as its own).
     package func read(_ shard: Int, of upstream: Upstream, consumer: String, count: Int, claimAfterMillis: Int?,
-                      own: Bool) async throws(StoreError) -> [Message] {
+                      own: Bool, on loop: EventLoop? = nil) async throws(StoreError) -> [Message] {
         let stream = upstream.stream(shard)
         var own = own
         if let claimAfterMillis {
             let claimed = try await send(["XAUTOCLAIM", stream, Self.group, consumer, String(claimAfterMillis), "0-0", "COUNT", String(count),
-                                          "JUSTID"])
+                                          "JUSTID"], on: loop)
             // `[cursor, [ids], ...]`: a cursor past 0-0 means more waited than one call takes.
             if case .array(let parts) = claimed, parts.count >= 2 {
                 if case .array(let ids) = parts[1], !ids.isEmpty { own = true }
@@ -109,11 +109,11 @@ package struct OutboxStreams: OutboxQueue {
         var messages: [Message] = []
         if own {
             messages = Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT", String(count),
-                                                              "STREAMS", stream, "0"]))
+                                                              "STREAMS", stream, "0"], on: loop))
         }
         if messages.count < count {
             messages += Self.messages(ofRead: try await send(["XREADGROUP", "GROUP", Self.group, consumer, "COUNT",
-                                                               String(count - messages.count), "STREAMS", stream, ">"]))
+                                                               String(count - messages.count), "STREAMS", stream, ">"], on: loop))
         }
         return messages
     }
@@ -121,22 +121,22 @@ package struct OutboxStreams: OutboxQueue {
     /// Done: acknowledged and deleted in one step, so the stream holds only what still waits; a
     /// registration's waiting mark (`clearing` its token) goes in the same step, so the same
     /// content is queued again when it comes back.
-    package func done(_ id: String, shard: Int, of upstream: Upstream, clearing pushToken: String? = nil) async throws(StoreError) {
+    package func done(_ id: String, shard: Int, of upstream: Upstream, clearing pushToken: String? = nil, on loop: EventLoop? = nil) async throws(StoreError) {
         var keys = [upstream.stream(shard)]
         if let pushToken { keys.append(upstream.place(of: pushToken, digests: digests).mark) }
-        _ = try await evaluate(Self.doneScript, keys: keys, arguments: [Self.group, id], on: nil)
+        _ = try await evaluate(Self.doneScript, keys: keys, arguments: [Self.group, id], on: loop)
     }
 
     /// Moves an entry to the dead-letter stream with why, then removes it from its shard (and
     /// clears a registration's waiting mark).
     package func deadLetter(_ message: Message, shard: Int, of upstream: Upstream, reason: String, status: Int?, code: String?,
-                    clearing pushToken: String? = nil) async throws(StoreError) {
+                    clearing pushToken: String? = nil, on loop: EventLoop? = nil) async throws(StoreError) {
         var fields = ["XADD", upstream.dead, "*", "e", message.body ?? "", "reason", reason, "from", message.id,
                       "shards", String(upstream.shards)]
         if let status { fields += ["status", String(status)] }
         if let code { fields += ["code", code] }
-        _ = try await send(fields)
-        try await done(message.id, shard: shard, of: upstream, clearing: pushToken)
+        _ = try await send(fields, on: loop)
+        try await done(message.id, shard: shard, of: upstream, clearing: pushToken, on: loop)
     }
 
     /// What waits in every shard, and the oldest entry's id time (ms since the epoch).
@@ -232,8 +232,8 @@ package struct OutboxStreams: OutboxQueue {
         }
     }
 
-    /// Through the pool unless a request's loop is named: every operation but `append` is the
-    /// workers' (or the `outbox` command's), off the loops.
+    /// Through the pool unless a loop is named: a request's (`append`), or the one a worker's
+    /// shard rides.
     private func send(_ arguments: [String], on loop: EventLoop? = nil) async throws(StoreError) -> RedisReply {
         let reply: RedisReply
         do {

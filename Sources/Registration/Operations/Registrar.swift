@@ -233,7 +233,9 @@ package final class Registrar: Sendable {
     func register(_ installation: Installation, at caller: UpstreamCaller, from origin: Origin) async -> UpstreamOutcome {
         switch step(installation, at: caller, origin: origin) {
         case .dedupe(let keys, let fingerprint):
-            let forward = await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: nil, origin: origin)
+            // A queued delivery is a change (the same one is not queued twice): no lookup first,
+            // the check-and-lock looks at the entry anyway (one round trip, not two).
+            let forward = await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: .some(nil), origin: origin)
             let (outcome, retirement) = (forward.outcome, forward.retirement)
             if let commit = forward.commit { await deduper.commit([commit], on: origin.loop) }
             if let previous = installation.previousPushToken, let retirement {

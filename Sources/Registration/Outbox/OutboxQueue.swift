@@ -71,22 +71,24 @@ package protocol OutboxQueue: Sendable {
     func append(_ entry: OutboxEntry, to target: OutboxTarget, mark: OutboxMark, on loop: EventLoop?) async throws(StoreError) -> Int?
     /// Makes the shards' consumer group, once per process.
     func prepare(_ target: OutboxTarget) async throws(StoreError)
-    /// Takes or renews the shard's lease for `owner`; true while `owner` holds it.
-    func hold(_ shard: Int, of target: OutboxTarget, owner: String, millis: Int) async throws(StoreError) -> Bool
+    /// Takes or renews the shard's lease for `owner`; true while `owner` holds it. This and the
+    /// reading and finishing below go over `loop`'s own connection when given (a worker's shard
+    /// rides a loop), else the pool.
+    func hold(_ shard: Int, of target: OutboxTarget, owner: String, millis: Int, on loop: EventLoop?) async throws(StoreError) -> Bool
     /// Gives the lease back (only while `owner` still holds it).
     func release(_ shard: Int, of target: OutboxTarget, owner: String) async
     /// Up to `count` entries: with `claimAfterMillis`, those another consumer left pending that
     /// long are taken over first; then, with `own` (or after a takeover), what `consumer` read and
     /// did not acknowledge; then new ones.
     func read(_ shard: Int, of target: OutboxTarget, consumer: String, count: Int, claimAfterMillis: Int?,
-              own: Bool) async throws(StoreError) -> [OutboxMessage]
+              own: Bool, on loop: EventLoop?) async throws(StoreError) -> [OutboxMessage]
     /// The entry a message holds, its sealed fields opened.
     func decode(_ message: OutboxMessage) -> Result<OutboxEntry, OutboxEntry.DecodingFailure>
     /// Acknowledges and removes an entry, clearing a registration's waiting mark.
-    func done(_ id: String, shard: Int, of target: OutboxTarget, clearing pushToken: String?) async throws(StoreError)
+    func done(_ id: String, shard: Int, of target: OutboxTarget, clearing pushToken: String?, on loop: EventLoop?) async throws(StoreError)
     /// Moves an entry to the dead letters with why, then removes it from its shard.
     func deadLetter(_ message: OutboxMessage, shard: Int, of target: OutboxTarget, reason: String, status: Int?, code: String?,
-                    clearing pushToken: String?) async throws(StoreError)
+                    clearing pushToken: String?, on loop: EventLoop?) async throws(StoreError)
     /// What waits in every shard, and the oldest entry's time (ms since the epoch).
     func depth(of target: OutboxTarget) async throws(StoreError) -> (count: Int, oldestMillis: Int64?)
     /// Records for `seconds` that `consumer` reads `target` in its shard count.

@@ -31,8 +31,8 @@ package final class OutboxWorker: Sendable {
     let signal: OutboxSignal
     /// How many entries one pass reads from a shard.
     let batch: Int
-    /// The event loops whose connections carry the deliveries (shard by shard, round robin), as
-    /// a sync request's ride its loop's; none: the clients' own threads.
+    /// The event loops that run the shards' tasks and whose connections carry their reads and
+    /// deliveries (shard by shard, round robin), as a sync request rides its loop; none: the pool.
     let loops: [EventLoop]
 
     package init(streams: any OutboxQueue, target: OutboxTarget, apps: AppTable, registrar: Registrar,
@@ -58,10 +58,19 @@ package final class OutboxWorker: Sendable {
         guard await prepare() else { return }
         await withTaskGroup(of: Void.self) { group in
             for shard in 0..<target.shards {
-                group.addTask { [self] in await run(shard) }
+                // On the loop whose connections carry the shard's deliveries: their awaits resume
+                // on a thread that runs anyway, not on a pool thread woken for each.
+                if let loop = loop(of: shard) {
+                    group.addTask(executorPreference: loop) { [self] in await run(shard) }
+                } else {
+                    group.addTask { [self] in await run(shard) }
+                }
             }
         }
     }
+
+    /// The loop a shard's deliveries ride (nil: the clients' own threads).
+    private func loop(of shard: Int) -> EventLoop? { loops.isEmpty ? nil : loops[shard % loops.count] }
 
     /// Creates the shards' streams and group, retrying until Redis takes it; false if cancelled first.
     private func prepare() async -> Bool {
@@ -119,7 +128,7 @@ package final class OutboxWorker: Sendable {
                       retries: inout RetrySchedule) async -> Pass {
         do {
             guard let messages = try await reader.read(streams, of: target, consumer: consumer, count: batch,
-                                                       claimAfterMillis: claimAfterMillis) else { return Pass() }
+                                                       claimAfterMillis: claimAfterMillis, on: loop(of: reader.shard)) else { return Pass() }
             var pass = await deliver(messages, shard: reader.shard, app: app, caller: caller, retries: &retries)
             pass.read = messages.count
             reader.finished(read: pass.read, left: pass.left, count: batch)
@@ -208,7 +217,7 @@ package final class OutboxWorker: Sendable {
                         logger.warning("outbox entry malformed: dead-lettered", [("app", target.app), ("upstream", target.upstream), ("id", message.id),
                                                                                  ("field", failure.field)])
                     }
-                    try await streams.deadLetter(message, shard: shard, of: target, reason: reason, status: nil, code: nil, clearing: nil)
+                    try await streams.deadLetter(message, shard: shard, of: target, reason: reason, status: nil, code: nil, clearing: nil, on: loop(of: shard))
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     result.left += 1
                     continue
@@ -218,14 +227,14 @@ package final class OutboxWorker: Sendable {
                         ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
                         ("operation", entry.operation.rawValue), ("request_id", entry.requestID)])
                     try await streams.deadLetter(message, shard: shard, of: target, reason: "max_age", status: nil, code: nil,
-                                                 clearing: entry.registeredToken)
+                                                 clearing: entry.registeredToken, on: loop(of: shard))
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     registrar.emitDeadLettered(entry, reason: "max_age")
                     result.left += 1
                     continue
                 }
                 let origin = Registrar.Origin(app: app, context: CallContext(contactID: entry.contactID), requestID: entry.requestID,
-                                              loop: loops.isEmpty ? nil : loops[shard % loops.count])
+                                              loop: loop(of: shard))
                 let outcome: UpstreamOutcome
                 switch entry.operation {
                 case .register:
@@ -238,7 +247,7 @@ package final class OutboxWorker: Sendable {
                 }
                 switch outcome {
                 case .forwarded, .unchanged, .skipped, .queued:
-                    try await streams.done(message.id, shard: shard, of: target, clearing: entry.registeredToken)
+                    try await streams.done(message.id, shard: shard, of: target, clearing: entry.registeredToken, on: loop(of: shard))
                     result.left += 1
                 case .failed(.unavailable(_, let retryAfter)):
                     result.retry = .some(retryAfter)
@@ -253,7 +262,7 @@ package final class OutboxWorker: Sendable {
                         ("app", target.app), ("upstream", target.upstream), ("token", Redact.token(entry.pushToken)),
                         ("operation", entry.operation.rawValue), ("code", failure.code.rawValue), ("request_id", entry.requestID)])
                     try await streams.deadLetter(message, shard: shard, of: target, reason: failure.code.rawValue, status: status, code: code,
-                                                 clearing: entry.registeredToken)
+                                                 clearing: entry.registeredToken, on: loop(of: shard))
                     metrics.outboxDead(app: target.app, upstream: target.upstream)
                     registrar.emitDeadLettered(entry, reason: failure.code.rawValue)
                     result.left += 1

@@ -1,3 +1,4 @@
+import Loops
 import PWCore
 
 /// How a worker reads one shard of an outbox so that a pass costs one round trip, busy or idle:
@@ -21,13 +22,13 @@ struct ShardReader {
     /// The lease, then up to `count` entries (own unfinished ones first); nil when another
     /// replica holds the lease.
     mutating func read(_ streams: any OutboxQueue, of target: OutboxTarget, consumer: String, count: Int,
-                       claimAfterMillis: Int) async throws(StoreError) -> [OutboxMessage]? {
+                       claimAfterMillis: Int, on loop: EventLoop?) async throws(StoreError) -> [OutboxMessage]? {
         let now = MonotonicClock.nowMillis()
         let lease = UInt64(max(1, claimAfterMillis))
         if now >= renewAt {
             renewAt = 0
             do {
-                guard try await streams.hold(shard, of: target, owner: consumer, millis: claimAfterMillis) else { return nil }
+                guard try await streams.hold(shard, of: target, owner: consumer, millis: claimAfterMillis, on: loop) else { return nil }
             } catch {
                 ownUnfinished = true
                 throw error
@@ -42,7 +43,7 @@ struct ShardReader {
         }
         do {
             let messages = try await streams.read(shard, of: target, consumer: consumer, count: count, claimAfterMillis: claimAfter,
-                                                  own: ownUnfinished)
+                                                  own: ownUnfinished, on: loop)
             // Every read entry stays unfinished until the pass says otherwise.
             ownUnfinished = ownUnfinished || !messages.isEmpty
             return messages

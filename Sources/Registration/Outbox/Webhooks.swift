@@ -176,7 +176,7 @@ package final class WebhookWorker: Sendable {
             var left = 0
             do {
                 if let messages = try await reader.read(streams, of: target, consumer: consumer, count: Self.batch,
-                                                        claimAfterMillis: Self.claimAfterMillis) {
+                                                        claimAfterMillis: Self.claimAfterMillis, on: nil) {
                     let now = MonotonicClock.nowMillis()
                     let due = messages.filter { retries.isDue($0.id, now: now) }
                     let results = await mapConcurrently(due) { [self] message in
@@ -223,10 +223,10 @@ package final class WebhookWorker: Sendable {
             case .success(let value) where value.operation == .webhook && value.app == target.app && value.upstream == target.upstream:
                 entry = value
             case .failure(.unreadable):
-                try await streams.deadLetter(message, shard: 0, of: target, reason: "unreadable", status: nil, code: nil, clearing: nil)
+                try await streams.deadLetter(message, shard: 0, of: target, reason: "unreadable", status: nil, code: nil, clearing: nil, on: nil)
                 return .left
             default:
-                try await streams.deadLetter(message, shard: 0, of: target, reason: "malformed", status: nil, code: nil, clearing: nil)
+                try await streams.deadLetter(message, shard: 0, of: target, reason: "malformed", status: nil, code: nil, clearing: nil, on: nil)
                 return .left
             }
             let body = Array((entry.event ?? "").utf8)
@@ -234,7 +234,7 @@ package final class WebhookWorker: Sendable {
             if OutboxWorker.age(now: SystemClock.epochMillis(), accepted: entry.acceptedAtMillis) > endpoint.maxAgeMillis {
                 logger.bounded(.warning, "webhook event outlived max_age: dead-lettered", key: target.app + target.upstream, [
                     ("app", target.app), ("webhook", endpoint.host), ("event", type), ("id", entry.pushToken)])
-                try await streams.deadLetter(message, shard: 0, of: target, reason: "max_age", status: nil, code: nil, clearing: nil)
+                try await streams.deadLetter(message, shard: 0, of: target, reason: "max_age", status: nil, code: nil, clearing: nil, on: nil)
                 metrics.webhook(event: type, result: "dead_lettered")
                 return .left
             }
@@ -262,7 +262,7 @@ package final class WebhookWorker: Sendable {
                     ("app", target.app), ("webhook", endpoint.host), ("event", type), ("status", String(response.status))])
                 return .retry(response.headers["Retry-After"].flatMap { Int($0) })
             }
-            try await streams.done(message.id, shard: 0, of: target, clearing: nil)
+            try await streams.done(message.id, shard: 0, of: target, clearing: nil, on: nil)
             metrics.webhook(event: type, result: "delivered")
             return .left
         } catch {
