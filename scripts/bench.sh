@@ -49,6 +49,7 @@ RUNS=${RUNS:-1}                        # measure every scenario this many times 
 ROUNDS=${ROUNDS:-0}
 ROUND_DURATION=${ROUND_DURATION:-5s}
 LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}         # pairs of short P1 rows with and without rate limits (their price's median)
+ES_ROUNDS=${ES_ROUNDS:-3}               # pairs of short P1 ES256 and ES256 floor rows (the bar's median)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
 results="$work/results-1.txt"
@@ -352,6 +353,18 @@ if want es256; then
   LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
   # Not a bar: that exchange with one ES256 verification and nothing else, the ceiling of P1 ES256.
   LUA=$register_lua run floor_es256 "http://127.0.0.1:$floor_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
+  # The bar's ratio again in ES_ROUNDS short pairs, alternating which goes first (the two rows
+  # above differ by up to 15% from one run to the next); the median pair decides.
+  for round in $(seq 1 "$ES_ROUNDS"); do
+    order=(pw floor)
+    (( round % 2 == 0 )) && order=(floor pw)
+    for side in "${order[@]}"; do
+      port=$pw_port
+      [[ $side == floor ]] && port=$floor_port
+      LUA=$register_lua run "esp_${side}_${run_number}_$round" "http://127.0.0.1:$port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit \
+        SESSIONS="$work/sessions-es256.txt" APP=benches
+    done
+  done
 fi
 # Sessions reused: ES256 sessions, each sent 10 times over the run (a client that registers,
 # reports events and unregisters with one session), beside P1 HS256 of the same run. The pool is

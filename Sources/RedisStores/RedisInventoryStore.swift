@@ -70,11 +70,17 @@ package final class RedisInventoryStore: InventoryStore {
         let shardKeys = Self.shardKeys(shard, write.token)
         let shardArguments = [write.contact.digest, now, Self.seenMember(write.contact, write.token),
                               InventoryPosition(token: write.token, contact: write.contact).indexKey] + write.upstreams
-        var commands = [
-            ["EVALSHA", Self.shardWriteScript.sha1, "4"] + shardKeys + shardArguments,
-            ["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments,
-            ["SADD", write.app.shard(of: write.contact).contacts, write.contact.digest],
-        ]
+        // A record most likely new is inserted whole (`HSETNX`, then `HLEN`: two plain commands cost
+        // Redis a fraction of the merge script, which re-reads and re-encodes the JSON); only when
+        // one was there after all is it merged, in a round trip of its own.
+        let insert = write.likelyNew
+            ? [["HSETNX", write.contact.inventory, write.token.digest,
+                StoredInstallation.encode(sealed: write.sealed, platform: write.platform, pushService: write.pushService,
+                                          upstreams: Self.unique(write.upstreams), firstSeen: write.nowMillis, lastSeen: write.nowMillis)],
+               ["HLEN", write.contact.inventory]]
+            : [["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments]
+        var commands = [["EVALSHA", Self.shardWriteScript.sha1, "4"] + shardKeys + shardArguments] + insert
+            + [["SADD", write.app.shard(of: write.contact).contacts, write.contact.digest]]
         // The session index rides in the same batch: no round trip of its own.
         if let session = write.session { commands.append(["SET", session.key, write.contact.digest, "PX", String(session.ttlMillis)]) }
         let replies = await store.sendAll(commands, on: loop)
@@ -86,19 +92,32 @@ package final class RedisInventoryStore: InventoryStore {
             ownerReply = try await store.evaluate(Self.shardWriteScript, keys: shardKeys, arguments: shardArguments, on: loop)
         case .failure(let error): throw error
         }
-        let recordReply: RedisReply
+        var recordReply: RedisReply
         switch replies[1] {
         case .success(let reply): recordReply = reply
         case .failure(let error) where error.kind == .missingScript:
             recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
         case .failure(let error): throw error
         }
-        _ = try replies[2].get()
-        if replies.count > 3 { _ = try replies[3].get() }
+        for reply in replies.dropFirst(2) { _ = try reply.get() }
+        if write.likelyNew {
+            // HSETNX's 1 (inserted) and HLEN's count; a 0: the record was there, merge into it.
+            if recordReply == .integer(1), case .integer(let count) = try replies[2].get() {
+                recordReply = .array([.integer(1), .integer(count)])
+            } else if recordReply == .integer(0) {
+                recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
+            }
+        }
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
               case .integer(let count) = counts[1] else { throw StoreError(.unexpectedReply, "unexpected inventory reply") }
         let previous = ownerReply.string.flatMap { $0 == write.contact.digest ? nil : ContactKeys(digest: $0) }
         return InventoryWriteResult(previousOwner: previous, isNew: isNew == 1, count: Int(count))
+    }
+
+    /// The names once each, in order (what the merge script makes of a new record's list).
+    private static func unique(_ names: [String]) -> [String] {
+        var seen = Set<String>()
+        return names.filter { seen.insert($0).inserted }
     }
 
     package func sessionHolder(_ key: String, nowMillis: Int64, on loop: EventLoop?) async throws(StoreError) -> ContactKeys? {

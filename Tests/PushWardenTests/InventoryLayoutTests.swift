@@ -123,3 +123,40 @@ import Testing
         }
     }
 }
+
+/// How a record is written: a registration most likely new is inserted whole (no script), and
+/// when the guess was wrong the record is merged as before: its upstreams joined, its first-seen
+/// time kept. What the store answers (new or not, how many the contact has) is the same either way.
+extension InventoryLayoutTests {
+    @Test func aRecordInsertedOrMergedHoldsTheSameAnswers() async throws {
+        let client = RedisClient(configuration: try RedisConfiguration(url: RedisServer.shared.url))
+        defer { client.close() }
+        let store = RedisInventoryStore(store: RedisStore(client: client))
+        let app = "rec-" + UUID().uuidString.prefix(8).lowercased()
+        let contact = ContactKeys(app: app, contactID: "alice"), token = TokenKeys(app: app, pushToken: "fcm-" + UUID().uuidString)
+        func write(_ upstreams: [String], at millis: Int64, likelyNew: Bool) async throws -> InventoryWriteResult {
+            var write = InventoryWrite(contact: contact, token: token, app: AppInventoryKeys(app: app), sealed: "sealed-\(millis)",
+                                       platform: "android", pushService: "fcm", upstreams: upstreams, nowMillis: millis)
+            write.likelyNew = likelyNew
+            return try await store.record(write, on: nil)
+        }
+        func stored() async throws -> StoredInstallation? { try await store.installation(token, of: contact, on: nil) }
+
+        #expect(try await write(["voyado", "voyado"], at: 1_000, likelyNew: true) == InventoryWriteResult(previousOwner: nil, isNew: true, count: 1))
+        #expect(try await stored().map { [$0.upstreams.joined(separator: ","), "\($0.firstSeenMillis)", "\($0.lastSeenMillis)", $0.sealed] }
+                == ["voyado", "1000", "1000", "sealed-1000"])
+        // Guessed new, but there: merged, not replaced.
+        #expect(try await write(["pushnotice"], at: 2_000, likelyNew: true) == InventoryWriteResult(previousOwner: nil, isNew: false, count: 1))
+        #expect(try await stored().map { [$0.upstreams.joined(separator: ","), "\($0.firstSeenMillis)", "\($0.lastSeenMillis)", $0.sealed] }
+                == ["voyado,pushnotice", "1000", "2000", "sealed-2000"])
+        // A touch goes straight to the merge.
+        #expect(try await write(["voyado"], at: 3_000, likelyNew: false) == InventoryWriteResult(previousOwner: nil, isNew: false, count: 1))
+        #expect(try await stored()?.lastSeenMillis == 3_000)
+        // Another token of the same contact, inserted: counted with the first.
+        let second = TokenKeys(app: app, pushToken: "fcm-" + UUID().uuidString)
+        var other = InventoryWrite(contact: contact, token: second, app: AppInventoryKeys(app: app), sealed: "s", platform: "android",
+                                   pushService: "fcm", upstreams: ["voyado"], nowMillis: 4_000)
+        other.likelyNew = true
+        #expect(try await store.record(other, on: nil) == InventoryWriteResult(previousOwner: nil, isNew: true, count: 2))
+    }
+}

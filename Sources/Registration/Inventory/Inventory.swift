@@ -59,7 +59,7 @@ package final class Inventory: Sendable {
     /// With `sessionID` (the registering session at the identity provider), the record keeps it
     /// sealed beside the token and the session index names the contact for `sessionTTLMillis`.
     func keep(_ installation: Installation, contactID: String, app: String, upstreams: [String], sessionID: String? = nil,
-              sessionTTLMillis: Int = 0, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
+              sessionTTLMillis: Int = 0, likelyNew: Bool = true, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
         var members = [JSONMember("t", .string(installation.pushToken)), JSONMember("c", .string(contactID))]
         if let sessionID { members.append(JSONMember("s", .string(sessionID))) }
         let payload = JSONValue.object(JSONObject(members)).encodedString()
@@ -68,6 +68,7 @@ package final class Inventory: Sendable {
             contact: contact, token: token,
             app: keys(of: app), sealed: sealer.seal(payload, boundTo: Self.place(of: token, in: contact)), platform: installation.platform.rawValue,
             pushService: installation.pushService.rawValue, upstreams: upstreams, nowMillis: clock())
+        write.likelyNew = likelyNew
         if let sessionID { write.session = SessionIndexWrite(key: digests.session(sessionID, app: app), ttlMillis: max(sessionTTLMillis, 1000)) }
         return try await store.record(write, on: loop)
     }

@@ -33,9 +33,11 @@ extension Registrar {
     private func keep(_ installation: Installation, at holding: [String], states: [String: String] = [:],
                       origin: Origin) async throws(StoreError) {
         let appID = origin.appID
+        // Every upstream had it already (a dedupe hit's last-seen touch): a record that exists.
+        let known = !states.isEmpty && holding.allSatisfy { states[$0] == UpstreamOutcome.unchanged.name }
         let result = try await inventory.keep(installation, contactID: origin.context.contactID, app: appID, upstreams: holding,
                                               sessionID: origin.sessionID, sessionTTLMillis: Self.sessionIndexMillis(origin.app.policy),
-                                              on: origin.loop)
+                                              likelyNew: !known, on: origin.loop)
         if let previous = result.previousOwner {
             _ = try await inventory.forget(digests.token(installation.pushToken, app: appID), contact: previous, app: appID,
                                            on: origin.loop)

@@ -14,6 +14,10 @@ package struct InventoryWrite: Sendable {
     /// The upstreams that hold it now; merged with those the record already names.
     package let upstreams: [String]
     package let nowMillis: Int64
+    /// Whether the installation is most likely not recorded yet (a forward, a queued
+    /// registration, an import; not the last-seen touch of a dedupe hit): a store may then try a
+    /// plain insert first and merge only when a record was there after all.
+    package var likelyNew = true
     /// The session index entry to write with the record (`backchannel_logout`): which contact
     /// registered under a session, so a logout token naming only its `sid` finds the contact.
     package var session: SessionIndexWrite? = nil
@@ -56,7 +60,7 @@ package struct StoredInstallation: Sendable, Equatable {
 
     /// The record's stored form: a small JSON object with short keys (`x` sealed token and
     /// contact, `p` platform, `s` push service, `u` upstreams, `f`/`l` first and last seen).
-    static func encode(sealed: String, platform: String, pushService: String, upstreams: [String],
+    package static func encode(sealed: String, platform: String, pushService: String, upstreams: [String],
                        firstSeen: Int64, lastSeen: Int64) -> String {
         JSONValue.object(JSONObject([
             JSONMember("x", .string(sealed)),
