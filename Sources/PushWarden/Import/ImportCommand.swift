@@ -58,7 +58,7 @@ public enum ImportCommand {
     }
 
     /// Lines registering at once: enough to hide Redis round trips, few enough to bound memory.
-    static let window = 32
+    static let window = 64
     /// How much of an overlong line a refusal echoes.
     static let echoBytes = 256
     /// A paced import wakes once per tick and starts every line due by then: fewer, larger
