@@ -6,17 +6,18 @@ import Providers
 import Synchronization
 
 /// Delivers one upstream's outbox: in every shard whose lease it holds, it reads what waits (its
-/// own unacknowledged entries first, then new ones, after taking over entries a stopped replica
-/// left pending past `claim_after`) and delivers them through the registrar's single-upstream
-/// operations, the very code a sync request runs.
+/// own unacknowledged entries first while it has some, then new ones, after taking over entries a
+/// stopped replica left pending past `claim_after`; `ShardReader` says how often each is looked
+/// for) and delivers them through the registrar's single-upstream operations, the very code a sync
+/// request runs.
 ///
 /// Order: one token's deliveries share a shard and are delivered one after another, in the order
 /// they were accepted; a delivery waiting to be retried holds back the later ones of its token
 /// (other tokens go on). An entry is acknowledged only once the upstream took it, refused it
 /// finally (dead-lettered with its answer), or it outlived `queue.max_age` (dead-lettered).
 ///
-/// Thread-safety: `run` runs one child task per shard; each shard's state (retry times per token)
-/// is that task's own.
+/// Thread-safety: `run` runs one child task per shard, on its loop when there are loops; each
+/// shard's state (its reader, retry times per token) is that task's own.
 package final class OutboxWorker: Sendable {
     let streams: any OutboxQueue
     let target: OutboxTarget
