@@ -544,4 +544,32 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         #expect(observed == [true, true, true])
         #expect(EventLoop.current == nil)
     }
+
+    /// A task preferring a loop that stops while it waits still finishes: its next job goes to the
+    /// global pool instead of being dropped (a shutdown awaits the outbox workers on the loops).
+    @Test func aTaskWhoseLoopStoppedFinishesOffIt() async throws {
+        let loop = try startedLoop()
+        let task = Task(executorPreference: loop) { () -> [Bool] in
+            var seen = [EventLoop.current === loop]
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                Thread {
+                    loop.stop()
+                    continuation.resume()
+                }.start()
+            }
+            seen.append(EventLoop.current === loop)
+            return seen
+        }
+        let finished = await withTaskGroup(of: [Bool]?.self) { group in
+            group.addTask { await task.value }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(5))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(finished == [true, false], "the task ran on its loop, then finished off it once the loop stopped")
+    }
 }
