@@ -231,6 +231,7 @@ extension StoreError {
         switch message.prefix(while: { $0 != " " }) {
         case "NOSCRIPT": self.init(.missingScript, "redis error: \(message)")
         case "BUSYGROUP": self.init(.alreadyExists, "redis error: \(message)")
+        case "NOGROUP": self.init(.missingGroup, "redis error: \(message)")
         default: self.init(.refused, "redis error: \(message)")
         }
     }

@@ -93,6 +93,26 @@ import Testing
         await mock.stop()
     }
 
+    /// Redis lost a shard's stream and its consumer group under running workers (restarted
+    /// without persistence, or the key deleted by hand): the next registration makes the stream
+    /// again, and its worker makes the group again and delivers it.
+    @Test func aShardWhoseStreamWentIsReadAgain() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let first = Self.fcm()
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(first)"}"#).outcome("voyado") == "queued")
+        #expect(await Self.eventually { mock.received(path: "/installations").count == 1 })
+        let token = Self.fcm()
+        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        #expect(try await client.send(["DEL", target.stream(target.shard(of: token))]) == .integer(1))
+        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(await Self.eventually { mock.received(path: "/installations").count == 2 })
+        await h.stop()
+        await mock.stop()
+    }
+
     /// While a registration waits (the provider is down), the same one is answered `queued`
     /// without a second entry; an unregister clears the waiting mark, so the same registration
     /// after it is queued again, behind it. The mark names the token only by its hash.

@@ -134,6 +134,16 @@ package final class OutboxWorker: Sendable {
             pass.read = messages.count
             reader.finished(read: pass.read, left: pass.left, count: batch)
             return pass
+        } catch where error.kind == .missingGroup {
+            // Redis lost the stream and its group (restarted empty, a key deleted): entries
+            // appended since make the stream again, and only a group reads them.
+            reader.forget()
+            logger.bounded(.warning, "outbox stream had no consumer group; made again", key: target.app + target.upstream + "group", [
+                ("app", target.app), ("upstream", target.upstream), ("shard", String(reader.shard))])
+            // Made: read again at once; not made (Redis went away meanwhile): wait as for an outage.
+            let made: Bool
+            do { try await streams.prepare(target); made = true } catch { made = false }
+            return Pass(left: made ? 1 : 0)
         } catch {
             reader.forget()
             logger.bounded(.warning, "outbox unavailable", key: target.app + target.upstream, [

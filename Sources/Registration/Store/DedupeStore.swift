@@ -13,6 +13,9 @@ public struct StoreError: Error, Sendable, Equatable {
         case missingScript
         /// What was asked to be created exists already (Redis `BUSYGROUP`).
         case alreadyExists
+        /// A stream's consumer group is gone (Redis `NOGROUP`: the stream was deleted, or Redis
+        /// restarted empty): make it again.
+        case missingGroup
         /// The store answered with an error of its own.
         case refused
         /// An answer of a shape the command never gives.
