@@ -53,14 +53,34 @@ package struct OutboxStreams: OutboxQueue {
     /// already waited (nothing written).
     @discardableResult
     package func append(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark = .cleared, on loop: EventLoop?) async throws(StoreError) -> Int? {
+        let call = appendCall(entry, to: upstream, mark: mark)
+        return try Self.appended(try await evaluate(Self.appendScript, keys: call.keys, arguments: call.arguments, on: loop), shard: call.shard).get()
+    }
+
+    /// ``append(_:to:mark:on:)`` sent now on `loop`'s own connection (call on its thread), without
+    /// a task: the script leaves in the loop turn's write with what the caller sends before it waits.
+    package func startAppend(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark, on loop: EventLoop) -> Started<Result<Int?, StoreError>> {
+        let call = appendCall(entry, to: upstream, mark: mark)
+        let started = Started<Result<Int?, StoreError>>()
+        client.evaluate(Self.appendScript, keys: call.keys, arguments: call.arguments, on: loop) { reply in
+            started.complete(reply.flatMap { Self.appended($0, shard: call.shard) })
+        }
+        return started
+    }
+
+    private func appendCall(_ entry: OutboxEntry, to upstream: Upstream, mark: Mark) -> (shard: Int, keys: [String], arguments: [String]) {
         let (shard, markKey) = upstream.place(of: entry.pushToken, digests: digests)
         var arguments = [entry.encoded(sealer: sealer)]
         if case .waiting(let fingerprint, let seconds) = mark { arguments += [fingerprint, String(max(1, seconds))] }
-        let reply = try await evaluate(Self.appendScript, keys: [upstream.stream(shard), markKey], arguments: arguments, on: loop)
+        return (shard, [upstream.stream(shard), markKey], arguments)
+    }
+
+    /// The append script's answer: the shard when appended, nil when the registration already waited.
+    private static func appended(_ reply: RedisReply, shard: Int) -> Result<Int?, StoreError> {
         switch reply {
-        case .integer(1): return shard
-        case .integer(0): return nil
-        default: throw StoreError(.unexpectedReply, "unexpected append reply")
+        case .integer(1): .success(shard)
+        case .integer(0): .success(nil)
+        default: .failure(StoreError(.unexpectedReply, "unexpected append reply"))
         }
     }
 

@@ -116,21 +116,8 @@ public final class RedisStore: DedupeStore {
     /// reply included). Call on `loop`.
     func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop,
                   completion: @escaping (Result<RedisReply, StoreError>) -> Void) {
-        let tail = [Array(String(keys.count).utf8)] + keys.map { Array($0.utf8) } + arguments.map { Array($0.utf8) }
-        client.send(bytes: [Self.evalshaCommand, Array(script.sha1.utf8)] + tail, on: loop) { [client] result in
-            let first = Result { () throws(StoreError) in try Self.reply(result) }
-            guard case .failure(let error) = first, error.kind == .missingScript else {
-                completion(first)
-                return
-            }
-            client.send(bytes: [Self.evalCommand, Array(script.source.utf8)] + tail, on: loop) { result in
-                completion(Result { () throws(StoreError) in try Self.reply(result) })
-            }
-        }
+        client.evaluate(script, keys: keys, arguments: arguments, on: loop, completion: completion)
     }
-
-    private static let evalshaCommand = Array("EVALSHA".utf8)
-    private static let evalCommand = Array("EVAL".utf8)
 
     /// Over `loop`'s own connection when the operation is made for a loop, else through the
     /// client's pipelined pool: the caller's choice, whatever thread the task runs on.
@@ -200,7 +187,7 @@ public final class RedisStore: DedupeStore {
         }
     }
 
-    private static func reply(_ result: Result<RedisReply, RedisError>) throws(StoreError) -> RedisReply {
+    static func reply(_ result: Result<RedisReply, RedisError>) throws(StoreError) -> RedisReply {
         let reply: RedisReply
         switch result {
         case .success(let value): reply = value
@@ -235,6 +222,29 @@ extension StoreError {
         default: self.init(.refused, "redis error: \(message)")
         }
     }
+}
+
+extension RedisClient {
+    /// A script by its SHA-1 on `loop`'s own connection, without a task, its source sent only when
+    /// this Redis has not seen it: `completion` is called on the loop's thread with the reply, or
+    /// why there is none (an error reply included). Call on `loop`.
+    func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop,
+                  completion: @escaping (Result<RedisReply, StoreError>) -> Void) {
+        let tail = [Array(String(keys.count).utf8)] + keys.map { Array($0.utf8) } + arguments.map { Array($0.utf8) }
+        send(bytes: [Self.evalshaCommand, Array(script.sha1.utf8)] + tail, on: loop) { [self] result in
+            let first = Result { () throws(StoreError) in try RedisStore.reply(result) }
+            guard case .failure(let error) = first, error.kind == .missingScript else {
+                completion(first)
+                return
+            }
+            send(bytes: [Self.evalCommand, Array(script.source.utf8)] + tail, on: loop) { result in
+                completion(Result { () throws(StoreError) in try RedisStore.reply(result) })
+            }
+        }
+    }
+
+    private static let evalshaCommand = Array("EVALSHA".utf8)
+    private static let evalCommand = Array("EVAL".utf8)
 }
 
 /// A Lua script and the SHA-1 Redis knows it by.

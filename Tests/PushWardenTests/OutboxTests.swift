@@ -93,6 +93,31 @@ import Testing
         await mock.stop()
     }
 
+    /// The append leaves in the same write as the inventory record: when Redis refuses it (here
+    /// the token's waiting mark is not a string), the client is told the upstream is unavailable,
+    /// with the contract's envelope, never `queued`; its retry, once Redis takes it, is queued.
+    @Test func anAppendRedisRefusesIsNotAnsweredQueued() async throws {
+        let mock = try MockVoyado(apiKey: "vk")
+        let h = try await Self.harness(Self.voyado(mock), key: "vk")
+        let client = RedisClient(configuration: RedisServer.shared.configuration())
+        defer { client.close() }
+        let token = Self.fcm()
+        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        let mark = target.place(of: token, digests: .unkeyed).mark
+        _ = try await client.send(["HSET", mark, "not", "a string"])
+        let body = #"{"platform":"android","push_token":"\#(token)"}"#
+        let refused = try await h.post("/installations", body)
+        #expect(refused.status == 503)
+        #expect(refused.json?["error"]?.objectValue?["code"]?.stringValue == "upstream_unavailable", "\(refused.text)")
+        #expect(refused.headers["Retry-After"] == "1")
+        #expect(h.logs.text.contains("outbox unavailable; delivery not queued"))
+        _ = try await client.send(["DEL", mark])
+        #expect(try await h.post("/installations", body).outcome("voyado") == "queued")
+        #expect(await Self.eventually { mock.received(path: "/installations").count == 1 })
+        await h.stop()
+        await mock.stop()
+    }
+
     /// Redis lost a shard's stream and its consumer group under running workers (restarted
     /// without persistence, or the key deleted by hand): the next registration makes the stream
     /// again, and its worker makes the group again and delivers it.

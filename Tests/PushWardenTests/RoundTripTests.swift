@@ -10,7 +10,8 @@ import Testing
 /// sidecar sends (one per loop turn and connection) is one read event there
 /// (`total_reads_processed`). A forward is the dedupe lookup, the check-and-lock, then the
 /// dedupe entry and the inventory record in one write; a hit is the lookup alone; a rate limit
-/// adds none of its own. A queued delivery reads its shard once a pass. A redis-server of its own
+/// adds none of its own. A queued accept is the lookup, then the append and the inventory record
+/// in one write. A queued delivery reads its shard once a pass. A redis-server of its own
 /// per test, nothing else on it.
 @Suite(.serialized) struct RoundTripTests {
     @Test func aForwardCostsThreeRoundTripsAndAHitOne() async throws {
@@ -22,38 +23,20 @@ import Testing
         let h = try await SidecarHarness(upstreams: InventoryTests.voyado(voyado), secrets: InventoryTests.secrets,
                                          clientYAML: "      platforms: [android]\n      rate_limits: {register: 1000/min}",
                                          store: RedisStore(client: RedisClient(configuration: server.configuration())))
-        func reads() async throws -> Int {
-            let info = try await counter.send(["INFO", "stats"], on: nil).string ?? ""
-            let line = info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("total_reads_processed:") } ?? ""
-            return Int(line.split(separator: ":").last ?? "") ?? -1
-        }
         // Connections made and scripts loaded first, so that only the requests are counted.
         #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android()), contact: "warm").outcome == "forwarded")
 
         let batches = (0..<3).map { _ in (0..<20).map { _ in InventoryTests.android() } }
-        /// Reads per request while `requests` run, less what Redis read meanwhile for other work
-        /// (the rate limits' sync, the census), measured over as long again right after.
-        func readsPerRequest(_ count: Int, _ requests: () async throws -> Void) async throws -> Double {
-            let started = Date()
-            let before = try await reads()
-            try await requests()
-            let during = try await reads() - before - 1
-            let elapsed = Date().timeIntervalSince(started)
-            let quiet = try await reads()
-            try await Task.sleep(for: .milliseconds(Int(elapsed * 1000) + 1))
-            let background = try await reads() - quiet - 1
-            return Double(during - background) / Double(count)
-        }
         // The least of three batches: work the sidecar does beside the requests only ever adds.
         var forwards: [Double] = []
         var hits: [Double] = []
         for tokens in batches {
-            forwards.append(try await readsPerRequest(tokens.count) { () async throws in
+            forwards.append(try await Self.readsPerRequest(tokens.count, counter: counter) { () async throws in
                 for token in tokens {
                     #expect(try await h.post("/installations", InventoryTests.android(token), contact: "alice").outcome == "forwarded")
                 }
             })
-            hits.append(try await readsPerRequest(tokens.count) { () async throws in
+            hits.append(try await Self.readsPerRequest(tokens.count, counter: counter) { () async throws in
                 for token in tokens {
                     #expect(try await h.post("/installations", InventoryTests.android(token), contact: "alice").outcome == "unchanged")
                 }
@@ -63,6 +46,44 @@ import Testing
         #expect((0.75...1.25).contains(hits.min() ?? 0), "reads per hit in three batches: \(hits)")
         await h.stop()
         await voyado.stop()
+    }
+
+    /// A queued accept is the lookup, then the outbox append and the inventory record in one
+    /// write: two round trips. The upstream refuses connections and its circuit opens at the first
+    /// failure for a minute, so the workers sleep while the accepts are counted.
+    @Test func aQueuedAcceptCostsTwoRoundTrips() async throws {
+        let server = try RedisServer.start()
+        defer { server.stop() }
+        let counter = RedisClient(configuration: server.configuration())
+        defer { counter.close() }
+        let upstream = """
+                  - name: voyado
+                    provider: voyado
+                    delivery: queued
+                    base_path: http://127.0.0.1:\(Loopback.unusedPort() ?? 1)/api/v3
+                    api_key: {env: VOYADO_KEY}
+                    timeout: 1s
+                    retry: {attempts: 1, backoff: 20ms, max_backoff: 100ms}
+                    queue: {max_age: 1h, claim_after: 5s}
+                    circuit: {failures: 1, within: 10s, open_for: 60s}
+            """
+        let h = try await SidecarHarness(upstreams: upstream, secrets: [.env("VOYADO_KEY"): "vk"],
+                                         store: RedisStore(client: RedisClient(configuration: server.configuration())))
+        #expect(try await h.post("/installations", InventoryTests.android(InventoryTests.android())).outcome("voyado") == "queued")
+        #expect(await OutboxTests.eventually {
+            (try? await h.admin("/metrics"))?.text.contains(#"pushwarden_upstream_circuit_state{app="\#(h.app)",upstream="voyado"} 1"#) == true
+        }, "the first delivery failed and opened the circuit")
+        var perAccept: [Double] = []
+        for _ in 0..<3 {
+            let tokens = (0..<20).map { _ in InventoryTests.android() }
+            perAccept.append(try await Self.readsPerRequest(tokens.count, counter: counter) { () async throws in
+                for token in tokens {
+                    #expect(try await h.post("/installations", InventoryTests.android(token)).outcome("voyado") == "queued")
+                }
+            })
+        }
+        #expect((1.75...2.25).contains(perAccept.min() ?? 0), "reads per queued accept in three batches: \(perAccept)")
+        await h.stop()
     }
 
     /// A queued delivery's pass reads its shard in one command, busy or idle: the shard's lease
@@ -109,5 +130,26 @@ import Testing
         #expect(Double(made("pexpire")) <= shards * (seconds / 1.6 + 1), "PEXPIRE \(made("pexpire")) in \(seconds) s")
         await h.stop()
         await voyado.stop()
+    }
+
+    /// Redis's read events so far.
+    static func reads(_ counter: RedisClient) async throws -> Int {
+        let info = try await counter.send(["INFO", "stats"], on: nil).string ?? ""
+        let line = info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("total_reads_processed:") } ?? ""
+        return Int(line.split(separator: ":").last ?? "") ?? -1
+    }
+
+    /// Reads per request while `requests` run, less what Redis read meanwhile for other work
+    /// (the rate limits' sync, the census), measured over as long again right after.
+    static func readsPerRequest(_ count: Int, counter: RedisClient, _ requests: () async throws -> Void) async throws -> Double {
+        let started = Date()
+        let before = try await reads(counter)
+        try await requests()
+        let during = try await reads(counter) - before - 1
+        let elapsed = Date().timeIntervalSince(started)
+        let quiet = try await reads(counter)
+        try await Task.sleep(for: .milliseconds(Int(elapsed * 1000) + 1))
+        let background = try await reads(counter) - quiet - 1
+        return Double(during - background) / Double(count)
     }
 }

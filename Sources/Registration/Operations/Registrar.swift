@@ -205,16 +205,22 @@ package final class Registrar: Sendable {
             case .refused(let failure): return Forward(outcome: .failed(failure))
             case .dedupe(let keys, let fingerprint):
                 if caller.policy.delivery == .queued {
-                    return Forward(outcome: await enqueue(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin))
+                    return await startEnqueue(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin)
                 }
                 return await register(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin)
             }
         }
-        let outcomes = results.map { name, result in (name, result.outcome) }
-        // The dedupe entries and the inventory record leave in one write: one round trip, not two.
+        var outcomes = results.map { name, result in (name, result.outcome) }
+        // The dedupe entries, the outbox appends and the inventory record leave in one write: one
+        // round trip, not three. A queued upstream counts as holding the installation until its
+        // append is answered.
         let committed = deduper.startCommits(results.compactMap(\.1.commit), on: origin.loop)
         await keep(installation, outcomes: outcomes, origin: origin)
         await committed.wait()
+        for (index, (name, result)) in results.enumerated() {
+            guard let append = result.append, !(await finish(append)) else { continue }
+            outcomes[index].1 = .failed(.unavailable(upstream: name, retryAfterSeconds: 1))
+        }
         // Just written: the dedupe hits that follow need not refresh it.
         if let key = plan.touchKey { inventory.touched(key) }
         logger.debug("registered", [("app", origin.appID), ("request_id", origin.requestID), ("token", Redact.token(installation.pushToken)),
@@ -253,22 +259,44 @@ package final class Registrar: Sendable {
     /// it already, `queued` (without queueing it twice) when the same registration already waits.
     /// Answered `queued` only once Redis holds the delivery.
     func enqueue(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String,
-                         cached: String??, origin: Origin) async -> UpstreamOutcome {
-        let store = deduper.store
-        var current: String?? = cached
-        if current == nil { current = .some(try? await store.get(keys.entry, on: origin.loop)) }
-        if case .some(.some(let value)) = current, value == fingerprint {
-            metrics.dedupeHit(app: origin.appID, upstream: caller.adapter.name)
+                 cached: String??, origin: Origin) async -> UpstreamOutcome {
+        guard let (entry, mark) = await queueing(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin) else {
             return .unchanged
         }
-        let entry = OutboxEntry(operation: .register, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
-                                requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()),
-                                pushToken: installation.pushToken, installation: installation)
-        let mark = OutboxMark.waiting(fingerprint: fingerprint, seconds: caller.policy.queue.maxAgeMillis / 1000)
         guard await enqueue(entry, mark: mark, on: origin.loop) else {
             return .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1))
         }
         return .queued
+    }
+
+    /// `enqueue` for a request on its loop: the append is sent now and answered `queued` at once,
+    /// its `append` finished after the inventory record went in the same write.
+    private func startEnqueue(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String, cached: String??,
+                              origin: Origin) async -> Forward {
+        guard let (entry, mark) = await queueing(installation, at: caller, keys: keys, fingerprint: fingerprint, cached: cached, origin: origin) else {
+            return Forward(outcome: .unchanged)
+        }
+        guard let outbox, let loop = origin.loop, loop.isCurrent else {
+            let queued = await enqueue(entry, mark: mark, on: origin.loop)
+            return Forward(outcome: queued ? .queued : .failed(.unavailable(upstream: caller.adapter.name, retryAfterSeconds: 1)))
+        }
+        return Forward(outcome: .queued, append: outbox.startEnqueue(entry, mark: mark, on: loop))
+    }
+
+    /// The delivery to queue, or nil when the upstream has this registration already (its dedupe
+    /// entry holds the fingerprint: `cached`, or looked up when the request's loop did not).
+    private func queueing(_ installation: Installation, at caller: UpstreamCaller, keys: RegistrationKeys, fingerprint: String, cached: String??,
+                          origin: Origin) async -> (OutboxEntry, OutboxMark)? {
+        var current: String?? = cached
+        if current == nil { current = .some(try? await deduper.store.get(keys.entry, on: origin.loop)) }
+        if case .some(.some(let value)) = current, value == fingerprint {
+            metrics.dedupeHit(app: origin.appID, upstream: caller.adapter.name)
+            return nil
+        }
+        let entry = OutboxEntry(operation: .register, app: origin.appID, upstream: caller.adapter.name, contactID: origin.context.contactID,
+                                requestID: origin.requestID, acceptedAtMillis: Int64(SystemClock.epochMillis()),
+                                pushToken: installation.pushToken, installation: installation)
+        return (entry, .waiting(fingerprint: fingerprint, seconds: caller.policy.queue.maxAgeMillis / 1000))
     }
 
     /// Appends to the outbox; false (logged) when there is none or Redis did not take it.
@@ -278,11 +306,26 @@ package final class Registrar: Sendable {
             try await outbox.enqueue(entry, mark: mark, on: loop)
             return true
         } catch {
-            logger.bounded(.warning, "outbox unavailable; delivery not queued", key: entry.app + entry.upstream, [
-                ("app", entry.app), ("upstream", entry.upstream), ("operation", entry.operation.rawValue), ("error", error.detail),
-            ])
+            enqueueFailed(entry, error)
             return false
         }
+    }
+
+    /// Waits for an append `startEnqueue` sent; false (logged) when Redis did not take it.
+    private func finish(_ append: StartedEnqueue) async -> Bool {
+        do {
+            try await append.finish()
+            return true
+        } catch {
+            enqueueFailed(append.entry, error)
+            return false
+        }
+    }
+
+    private func enqueueFailed(_ entry: OutboxEntry, _ error: StoreError) {
+        logger.bounded(.warning, "outbox unavailable; delivery not queued", key: entry.app + entry.upstream, [
+            ("app", entry.app), ("upstream", entry.upstream), ("operation", entry.operation.rawValue), ("error", error.detail),
+        ])
     }
 
     /// What a rotation needs to retire the previous token at an upstream that took the new one.
@@ -318,6 +361,8 @@ package final class Registrar: Sendable {
         var outcome: UpstreamOutcome
         var retirement: Retirement? = nil
         var commit: DedupeCommit? = nil
+        /// A queued upstream's append, sent and not yet answered.
+        var append: StartedEnqueue? = nil
     }
 
     /// The call itself: the identity the provider handed back before (if it hands any back), the

@@ -86,11 +86,41 @@ package final class Outbox: Sendable {
     /// A registration whose fingerprint (`mark`) already waits is not appended again.
     /// - Parameter loop: the request's loop, whose own Redis connection carries it; nil off the loops.
     func enqueue(_ entry: OutboxEntry, mark: OutboxMark, on loop: EventLoop?) async throws(StoreError) {
-        guard let target = targets[Self.key(entry.app, entry.upstream)] else {
-            throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
-        }
+        let target = try target(of: entry)
         if let shard = try await streams.append(entry, to: target, mark: mark, on: loop) {
             signals[Self.key(entry.app, entry.upstream)]?.wake(shard: shard)
         }
+    }
+
+    /// `enqueue`, its append sent now on `loop`'s own connection (call on the loop's thread), so
+    /// that it leaves with what the request writes next; Redis holds the delivery once `finish`
+    /// returns.
+    func startEnqueue(_ entry: OutboxEntry, mark: OutboxMark, on loop: EventLoop) -> StartedEnqueue {
+        do throws(StoreError) {
+            let target = try target(of: entry)
+            return StartedEnqueue(entry: entry, appended: streams.startAppend(entry, to: target, mark: mark, on: loop),
+                                  signal: signals[Self.key(entry.app, entry.upstream)])
+        } catch {
+            return StartedEnqueue(entry: entry, appended: Started(.failure(error)), signal: nil)
+        }
+    }
+
+    private func target(of entry: OutboxEntry) throws(StoreError) -> OutboxTarget {
+        guard let target = targets[Self.key(entry.app, entry.upstream)] else {
+            throw StoreError(.refused, "no outbox for \(entry.app)/\(entry.upstream)")
+        }
+        return target
+    }
+}
+
+/// An outbox append under way (`Outbox.startEnqueue`).
+struct StartedEnqueue: Sendable {
+    let entry: OutboxEntry
+    let appended: Started<Result<Int?, StoreError>>
+    let signal: OutboxSignal?
+
+    /// Waits for Redis's answer: once this returns, Redis holds the delivery (or held it already).
+    func finish() async throws(StoreError) {
+        if let shard = try await appended.value().get() { signal?.wake(shard: shard) }
     }
 }

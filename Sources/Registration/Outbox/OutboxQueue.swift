@@ -69,6 +69,9 @@ package protocol OutboxQueue: Sendable {
     /// to, nil when the same registration already waited (nothing written). Over `loop`'s own
     /// connection when given.
     func append(_ entry: OutboxEntry, to target: OutboxTarget, mark: OutboxMark, on loop: EventLoop?) async throws(StoreError) -> Int?
+    /// `append`, sent now on `loop`'s own connection (called on the loop's thread): it leaves in
+    /// the loop turn's write together with what the caller sends before it waits.
+    func startAppend(_ entry: OutboxEntry, to target: OutboxTarget, mark: OutboxMark, on loop: EventLoop) -> Started<Result<Int?, StoreError>>
     /// Makes the shards' consumer group, once per process.
     func prepare(_ target: OutboxTarget) async throws(StoreError)
     /// Takes or renews the shard's lease for `owner`; true while `owner` holds it. This and the
