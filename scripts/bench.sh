@@ -57,6 +57,8 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # The sidecar's warnings stay for a look after the run (a row with failures).
+  [[ -s $work/pushwarden.log ]] && mkdir -p bench-out && cp "$work/pushwarden.log" bench-out/pushwarden.log
   rm -rf "$work"
 }
 trap cleanup EXIT
