@@ -50,6 +50,7 @@ ROUNDS=${ROUNDS:-0}
 ROUND_DURATION=${ROUND_DURATION:-5s}
 LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}         # pairs of short P1 rows with and without rate limits (their price's median)
 ES_ROUNDS=${ES_ROUNDS:-3}               # pairs of short P1 ES256 and ES256 floor rows (the bar's median)
+INTRO_ROUNDS=${INTRO_ROUNDS:-3}         # pairs of short introspected and HS256 P1 rows (the bar's median)
 
 work=$(mktemp -d /tmp/pushwarden-bench.XXXXXX)
 results="$work/results-1.txt"
@@ -278,6 +279,22 @@ cpu_ticks() {
 }
 # Upstream calls so far: a hit scenario that makes any measured misses, not hits.
 upstream_calls() { curl -s "http://127.0.0.1:${1:-$pw_admin}/metrics" | awk '/^pushwarden_upstream_calls_total/ {s += $NF} END {print s + 0}'; }
+# short_pairs PREFIX ROUNDS "NAME PORT APP SESSIONS" "NAME PORT APP SESSIONS": ROUNDS pairs of
+# short hit rows (ROUND_DURATION) of two sides, alternating which goes first, named
+# PREFIX_<NAME>_<run>_<round>; report.py takes the median pair's ratio (first side / second).
+short_pairs() {
+  local prefix=$1 rounds=$2 round side name port app sessions
+  local sides=("$3" "$4")
+  for round in $(seq 1 "$rounds"); do
+    local order=("${sides[0]}" "${sides[1]}")
+    (( round % 2 == 0 )) && order=("${sides[1]}" "${sides[0]}")
+    for side in "${order[@]}"; do
+      read -r name port app sessions <<<"$side"
+      LUA=$register_lua run "${prefix}_${name}_${run_number}_$round" "http://127.0.0.1:$port" "$HIT_CONNECTIONS" "$ROUND_DURATION" \
+        MODE=hit SESSIONS="$work/$sessions.txt" APP="$app"
+    done
+  done
+}
 # Calls to introspection endpoints so far: a warm-cache scenario that makes any measured misses.
 introspection_calls() { curl -s "http://127.0.0.1:$pw_admin/metrics" | awk '/^pushwarden_introspection_calls_total/ {s += $NF} END {print s + 0}'; }
 redis_reads() { redis-cli -p "$redis_port" INFO stats | tr -d '\r' | awk -F: '$1=="total_reads_processed" {print $2}'; }
@@ -324,16 +341,9 @@ if want hit; then
   [[ -n $PW_BASELINE ]] && LUA=$register_lua run base_hit_hs256 "http://127.0.0.1:$base_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_hs256 "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   want cluster && LUA=$register_lua run cluster_hit_nolimits "http://127.0.0.1:$cluster_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=benchn
-  # The limits' price again in LIMIT_ROUNDS short pairs, alternating which goes first: two rows
-  # of one process differ by up to 10% from one to the next; the bar takes the median pair.
-  for round in $(seq 1 "$LIMIT_ROUNDS"); do
-    order=(bench benchn)
-    (( round % 2 == 0 )) && order=(benchn bench)
-    for app in "${order[@]}"; do
-      LUA=$register_lua run "lim_${app}_${run_number}_$round" "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit \
-        SESSIONS="$work/sessions-hs256.txt" APP="$app"
-    done
-  done
+  # The limits' price again in short pairs: two rows of one process differ by up to 10% from
+  # one to the next; the bar takes the median pair.
+  short_pairs lim "$LIMIT_ROUNDS" "bench $pw_port bench sessions-hs256" "benchn $pw_port benchn sessions-hs256"
 fi
 # Right after P1 (whose rate it needs), before P2 leaves forwards still finishing.
 if want tail && want hit; then
@@ -347,6 +357,9 @@ if want introspect; then
   want hit || LUA=$register_lua run pw_hit_hs256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-hs256.txt" APP=bench
   introspections_before=$(introspection_calls)
   LUA=$register_lua run pw_hit_introspect "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-opaque.txt" APP=benchi
+  # The bar's ratio again in short pairs with P1 HS256 (two 10 s rows a minute apart differ by
+  # up to 10% here); the median pair decides.
+  short_pairs intro "$INTRO_ROUNDS" "introspect $pw_port benchi sessions-opaque" "hs256 $pw_port bench sessions-hs256"
   fact pw_hit_introspect_introspection_calls "$(( $(introspection_calls) - introspections_before ))"
 fi
 if want es256; then
@@ -355,18 +368,9 @@ if want es256; then
   LUA=$register_lua run pw_hit_es256 "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
   # Not a bar: that exchange with one ES256 verification and nothing else, the ceiling of P1 ES256.
   LUA=$register_lua run floor_es256 "http://127.0.0.1:$floor_port" "$HIT_CONNECTIONS" "$DURATION" MODE=hit SESSIONS="$work/sessions-es256.txt" APP=benches
-  # The bar's ratio again in ES_ROUNDS short pairs, alternating which goes first (the two rows
-  # above differ by up to 15% from one run to the next); the median pair decides.
-  for round in $(seq 1 "$ES_ROUNDS"); do
-    order=(pw floor)
-    (( round % 2 == 0 )) && order=(floor pw)
-    for side in "${order[@]}"; do
-      port=$pw_port
-      [[ $side == floor ]] && port=$floor_port
-      LUA=$register_lua run "esp_${side}_${run_number}_$round" "http://127.0.0.1:$port" "$HIT_CONNECTIONS" "$ROUND_DURATION" MODE=hit \
-        SESSIONS="$work/sessions-es256.txt" APP=benches
-    done
-  done
+  # The bar's ratio again in short pairs (the two rows above differ by up to 15% from one run to
+  # the next); the median pair decides.
+  short_pairs esp "$ES_ROUNDS" "pw $pw_port benches sessions-es256" "floor $floor_port benches sessions-es256"
 fi
 # Sessions reused: ES256 sessions, each sent 10 times over the run (a client that registers,
 # reports events and unregisters with one session), beside P1 HS256 of the same run. The pool is

@@ -56,31 +56,33 @@ scenario("pw_hit_hs256", "P1 dedupe hit HS256", facts.get("hit_conns"), f"{rps('
 # The price of the shared rate limits: P1 (app bench, limits on, as the example policy) against
 # the same hits on app benchn (no limits), measured one right after the other.
 pl = ratio(rps("pw_hit_hs256"), rps("pw_hit_nolimits"))
+def short_pairs(first, second, single):
+    """The short pairs of `short_pairs` in bench.sh: the median ratio (`single`, the 10 s pair's,
+    when there are none) and how it reads beside the row."""
+    ratios = sorted(ratio(rps(n), rps(n.replace(first, second, 1))) for n in rows
+                    if n.startswith(first) and rps(n.replace(first, second, 1)))
+    if not ratios:
+        return single, ""
+    median = ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+    return median, f"; {len(ratios)} short pairs: median {median:.2f} (min {ratios[0]:.2f}, max {ratios[-1]:.2f})"
 # The short pairs beside them (LIMIT_ROUNDS): the median pair decides, the single pair is shown.
-pairs = sorted(ratio(rps(n), rps(n.replace("lim_bench_", "lim_benchn_", 1))) for n in rows
-               if n.startswith("lim_bench_") and rps(n.replace("lim_bench_", "lim_benchn_", 1)))
-limit_median = (pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2) if pairs else pl
+limit_median, limit_text = short_pairs("lim_bench_", "lim_benchn_", pl)
 scenario("pw_hit_nolimits", "P1 without rate limits (their price)", facts.get("hit_conns"), f"{rps('pw_hit_hs256'):.0f} (P1, limits on)",
-         "P1 >= 0.85x this", f"P1 is {pl:.2f}x this" + (f"; {len(pairs)} short pairs: median {limit_median:.2f} "
-                                                          f"(min {pairs[0]:.2f}, max {pairs[-1]:.2f})" if pairs else ""),
-         limit_median >= 0.85)
-# An introspected session served from the warm cache, against P1 with HS256 in the same run.
+         "P1 >= 0.85x this", f"P1 is {pl:.2f}x this" + limit_text, limit_median >= 0.85)
+# An introspected session served from the warm cache, against P1 with HS256 in the same run; the
+# short pairs beside them (INTRO_ROUNDS) decide.
 pi = ratio(rps("pw_hit_introspect"), rps("pw_hit_hs256"))
+intro_median, intro_text = short_pairs("intro_introspect_", "intro_hs256_", pi)
 scenario("pw_hit_introspect", "P1 dedupe hit, introspected session (cache warm)", facts.get("hit_conns"),
-         f"{rps('pw_hit_hs256'):.0f} (P1 HS256)", ">= 0.90x P1", f"{pi:.2f}x", pi >= 0.9)
+         f"{rps('pw_hit_hs256'):.0f} (P1 HS256)", ">= 0.90x P1", f"{pi:.2f}x" + intro_text, intro_median >= 0.9)
 verify = float(facts.get("openssl_es256_verify", "0") or 0)
 p1es = ratio(rps("pw_hit_es256"), verify)
 es_floor = ratio(rps("pw_hit_es256"), rps("floor_es256"))
 # The short pairs beside them (ES_ROUNDS): the median pair decides, the single pair is shown.
-es_pairs = sorted(ratio(rps(n), rps(n.replace("esp_pw_", "esp_floor_", 1))) for n in rows
-                  if n.startswith("esp_pw_") and rps(n.replace("esp_pw_", "esp_floor_", 1)))
-es_median = (es_pairs[len(es_pairs) // 2] if len(es_pairs) % 2
-             else (es_pairs[len(es_pairs) // 2 - 1] + es_pairs[len(es_pairs) // 2]) / 2) if es_pairs else es_floor
+es_median, es_text = short_pairs("esp_pw_", "esp_floor_", es_floor)
 # Round 3's bar: against its own floor (one verification and nothing else), beside the older one.
 scenario("pw_hit_es256", "P1 dedupe hit ES256 (every token verified)", facts.get("hit_conns"), f"{verify:.0f} verify/s",
-         ">= 0.90x its floor", f"{es_floor:.2f}x its floor ({p1es:.2f}x openssl speed)"
-         + (f"; {len(es_pairs)} short pairs: median {es_median:.2f} (min {es_pairs[0]:.2f}, max {es_pairs[-1]:.2f})" if es_pairs else ""),
-         es_median >= 0.9)
+         ">= 0.90x its floor", f"{es_floor:.2f}x its floor ({p1es:.2f}x openssl speed)" + es_text, es_median >= 0.9)
 scenario("floor_es256", "floor: + one ES256 verification (info)", facts.get("hit_conns"), f"{verify:.0f} verify/s", "-",
          f"{ratio(rps('floor_es256'), verify):.2f}x", True)
 # ES256 sessions each sent about 10 times over the run, accepted ones kept, against P1 HS256.
@@ -262,7 +264,7 @@ if end:
     print(f"P3 memory: {facts.get('soak_seconds')}s at P1 load: RSS {start:.1f} -> {end:.1f} MiB "
           f"(samples {facts.get('rss_soak_samples_kib', '')} KiB): {'PASS' if flat else 'FAIL'} (flat: growth <= max(2 MiB, 5%))")
 print(f"pushwarden error log lines: {facts.get('error_lines', '?')}")
-cpu = [(k[len("cpu_"):], v) for k, v in facts.items() if k.startswith("cpu_") and not k.startswith(("cpu_warmup", "cpu_ab_", "cpu_lim_", "cpu_esp_"))]
+cpu = [(k[len("cpu_"):], v) for k, v in facts.items() if k.startswith("cpu_") and not k.startswith(("cpu_warmup", "cpu_ab_", "cpu_lim_", "cpu_esp_", "cpu_intro_"))]
 if cpu:
     print("CPU during each scenario, in cores of the machine's " + facts.get("nproc", "?") + " (processes using under 1%/s left out):")
     for name, value in cpu:
