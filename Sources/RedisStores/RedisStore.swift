@@ -230,21 +230,24 @@ extension RedisClient {
     /// why there is none (an error reply included). Call on `loop`.
     func evaluate(_ script: LuaScript, keys: [String], arguments: [String], on loop: EventLoop,
                   completion: @escaping (Result<RedisReply, StoreError>) -> Void) {
-        let tail = [Array(String(keys.count).utf8)] + keys.map { Array($0.utf8) } + arguments.map { Array($0.utf8) }
-        send(bytes: [Self.evalshaCommand, Array(script.sha1.utf8)] + tail, on: loop) { [self] result in
+        // Encoded from the strings' own storage: no byte array per argument.
+        var command = ["EVALSHA", script.sha1, String(keys.count)]
+        command.reserveCapacity(3 + keys.count + arguments.count)
+        command += keys
+        command += arguments
+        send(command, on: loop) { [self] result in
             let first = Result { () throws(StoreError) in try RedisStore.reply(result) }
             guard case .failure(let error) = first, error.kind == .missingScript else {
                 completion(first)
                 return
             }
-            send(bytes: [Self.evalCommand, Array(script.source.utf8)] + tail, on: loop) { result in
+            command[0] = "EVAL"
+            command[1] = script.source
+            send(command, on: loop) { result in
                 completion(Result { () throws(StoreError) in try RedisStore.reply(result) })
             }
         }
     }
-
-    private static let evalshaCommand = Array("EVALSHA".utf8)
-    private static let evalCommand = Array("EVAL".utf8)
 }
 
 /// A Lua script and the SHA-1 Redis knows it by.

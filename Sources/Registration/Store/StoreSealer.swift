@@ -111,16 +111,17 @@ public struct StoreSealer: Sendable {
     }
 
     /// The value as it is stored at `place` (the key name, and the field within it).
-    public func seal(_ plaintext: String, boundTo place: String) -> String {
+    /// `place` is made only when there is a key (the names it joins cost allocations).
+    public func seal(_ plaintext: String, boundTo place: @autoclosure () -> String) -> String {
         guard let current else { return plaintext }
-        let sealed = AES256GCM.seal(plaintext.utf8, key: current.cipher, authenticating: current.associatedData(boundTo: place))
+        let sealed = AES256GCM.seal(plaintext.utf8, key: current.cipher, authenticating: current.associatedData(boundTo: place()))
         return current.prefix + Base64URL.encode(sealed.combined)
     }
 
     /// The value as it was given to `seal` for the same `place`, or nil when it cannot be opened (a
     /// key this process does not hold, tampered bytes, or a value sealed for another place). A
     /// value without a prefix is returned as is, unless `store.require_sealed` refuses it.
-    public func open(_ stored: String, boundTo place: String) -> String? {
+    public func open(_ stored: String, boundTo place: @autoclosure () -> String) -> String? {
         let isCurrent = stored.hasPrefix(Self.version)
         guard isCurrent || stored.hasPrefix(Self.legacyVersion) else { return requireSealed && current != nil ? nil : stored }
         let body = stored.dropFirst(Self.version.count)
@@ -131,7 +132,7 @@ public struct StoreSealer: Sendable {
               let bytes = Base64URL.decode(body[body.index(after: colon)...]),
               let sealed = AES256GCM.Sealed(combined: bytes),
               let plaintext = AES256GCM.open(sealed, key: key.cipher,
-                                             authenticating: isCurrent ? key.associatedData(boundTo: place) : key.legacyAssociatedData) else { return nil }
+                                             authenticating: isCurrent ? key.associatedData(boundTo: place()) : key.legacyAssociatedData) else { return nil }
         return String(validating: plaintext, as: UTF8.self)
     }
 }
