@@ -34,6 +34,39 @@ import Testing
 
     static func fcm() -> String { "fcm-" + UUID().uuidString }
 
+    /// A sidecar whose one upstream is a queued Voyado mock, a client of the shared Redis beside
+    /// it, and that upstream's outbox: where most tests here start.
+    struct QueuedVoyado {
+        let mock: MockVoyado
+        let h: SidecarHarness
+        let redis: RedisClient
+        let target: OutboxTarget
+
+        init(latencyMillis: Int = 0) async throws {
+            mock = try MockVoyado(apiKey: "vk", latencyMillis: latencyMillis)
+            h = try await OutboxTests.harness(OutboxTests.voyado(mock), key: "vk")
+            redis = RedisClient(configuration: RedisServer.shared.configuration())
+            target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        }
+
+        /// Registers an Android `token`.
+        func register(_ token: String) async throws -> Harness.Reply {
+            try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#)
+        }
+
+        /// Entries waiting in `token`'s shard.
+        func waiting(_ token: String) async throws -> Int {
+            guard case .integer(let n) = try await redis.send(["XLEN", target.stream(target.shard(of: token))]) else { return -1 }
+            return Int(n)
+        }
+
+        func stop() async {
+            await h.stop()
+            await mock.stop()
+            redis.close()
+        }
+    }
+
     /// Polls `condition` every 50 ms for up to `seconds`.
     static func eventually(_ seconds: Double = 10, _ condition: () async throws -> Bool) async rethrows -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
@@ -72,100 +105,72 @@ import Testing
 
     @Test func aQueuedRegistrationIsAcceptedThenDeliveredOnce() async throws {
         // Each delivery takes 500 ms: the second request surely comes while the first waits.
-        let mock = try MockVoyado(apiKey: "vk", latencyMillis: 500)
-        let h = try await Self.harness(Self.voyado(mock), key: "vk")
-        let client = RedisClient(configuration: RedisServer.shared.configuration())
-        defer { client.close() }
+        let q = try await QueuedVoyado(latencyMillis: 500)
         let token = Self.fcm()
-        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        let first = try await h.post("/installations", body)
+        let first = try await q.register(token)
         #expect(first.status == 202)
         #expect(first.outcome("voyado") == "queued")
         // The same registration while it waits is not queued again.
-        #expect(try await h.post("/installations", body).outcome("voyado") == "queued")
+        #expect(try await q.register(token).outcome("voyado") == "queued")
         // Delivered: the dedupe entry is committed like a sync forward's.
-        #expect(await Self.eventually { (try? await h.post("/installations", body).outcome("voyado")) == "unchanged" })
+        #expect(await Self.eventually { (try? await q.register(token).outcome("voyado")) == "unchanged" })
         // Nothing is left in the outbox, so no second delivery can come.
-        #expect(await Self.eventually { (try? await client.send(["XLEN", target.stream(target.shard(of: token))])) == .integer(0) })
-        #expect(mock.received(path: "/installations").count == 1)
-        await h.stop()
-        await mock.stop()
+        #expect(await Self.eventually { (try? await q.waiting(token)) == 0 })
+        #expect(q.mock.received(path: "/installations").count == 1)
+        await q.stop()
     }
 
     /// The append leaves in the same write as the inventory record: when Redis refuses it (here
     /// the token's waiting mark is not a string), the client is told the upstream is unavailable,
     /// with the contract's envelope, never `queued`; its retry, once Redis takes it, is queued.
     @Test func anAppendRedisRefusesIsNotAnsweredQueued() async throws {
-        let mock = try MockVoyado(apiKey: "vk")
-        let h = try await Self.harness(Self.voyado(mock), key: "vk")
-        let client = RedisClient(configuration: RedisServer.shared.configuration())
-        defer { client.close() }
+        let q = try await QueuedVoyado()
         let token = Self.fcm()
-        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
-        let mark = target.place(of: token, digests: .unkeyed).mark
-        _ = try await client.send(["HSET", mark, "not", "a string"])
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        let refused = try await h.post("/installations", body)
+        let mark = q.target.place(of: token, digests: .unkeyed).mark
+        _ = try await q.redis.send(["HSET", mark, "not", "a string"])
+        let refused = try await q.register(token)
         #expect(refused.status == 503)
         #expect(refused.json?["error"]?.objectValue?["code"]?.stringValue == "upstream_unavailable", "\(refused.text)")
         #expect(refused.headers["Retry-After"] == "1")
-        #expect(h.logs.text.contains("outbox unavailable; delivery not queued"))
-        _ = try await client.send(["DEL", mark])
-        #expect(try await h.post("/installations", body).outcome("voyado") == "queued")
-        #expect(await Self.eventually { mock.received(path: "/installations").count == 1 })
-        await h.stop()
-        await mock.stop()
+        #expect(q.h.logs.text.contains("outbox unavailable; delivery not queued"))
+        _ = try await q.redis.send(["DEL", mark])
+        #expect(try await q.register(token).outcome("voyado") == "queued")
+        #expect(await Self.eventually { q.mock.received(path: "/installations").count == 1 })
+        await q.stop()
     }
 
     /// Redis lost a shard's stream and its consumer group under running workers (restarted
     /// without persistence, or the key deleted by hand): the next registration makes the stream
     /// again, and its worker makes the group again and delivers it.
     @Test func aShardWhoseStreamWentIsReadAgain() async throws {
-        let mock = try MockVoyado(apiKey: "vk")
-        let h = try await Self.harness(Self.voyado(mock), key: "vk")
-        let client = RedisClient(configuration: RedisServer.shared.configuration())
-        defer { client.close() }
-        let first = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(first)"}"#).outcome("voyado") == "queued")
-        #expect(await Self.eventually { mock.received(path: "/installations").count == 1 })
+        let q = try await QueuedVoyado()
+        #expect(try await q.register(Self.fcm()).outcome("voyado") == "queued")
+        #expect(await Self.eventually { q.mock.received(path: "/installations").count == 1 })
         let token = Self.fcm()
-        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
-        #expect(try await client.send(["DEL", target.stream(target.shard(of: token))]) == .integer(1))
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
-        #expect(await Self.eventually { mock.received(path: "/installations").count == 2 })
-        await h.stop()
-        await mock.stop()
+        #expect(try await q.redis.send(["DEL", q.target.stream(q.target.shard(of: token))]) == .integer(1))
+        #expect(try await q.register(token).outcome("voyado") == "queued")
+        #expect(await Self.eventually { q.mock.received(path: "/installations").count == 2 })
+        await q.stop()
     }
 
     /// While a registration waits (the provider is down), the same one is answered `queued`
     /// without a second entry; an unregister clears the waiting mark, so the same registration
     /// after it is queued again, behind it. The mark names the token only by its hash.
     @Test func aWaitingRegistrationIsQueuedOnceAndAnUnregisterClearsItsMark() async throws {
-        let mock = try MockVoyado(apiKey: "vk")
-        let h = try await Self.harness(Self.voyado(mock), key: "vk")
-        for _ in 0..<400 { mock.enqueue(.init(status: 503)) }
-        let client = RedisClient(configuration: RedisServer.shared.configuration())
-        defer { client.close() }
+        let q = try await QueuedVoyado()
+        for _ in 0..<400 { q.mock.enqueue(.init(status: 503)) }
         let token = Self.fcm()
-        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
-        let (shard, mark) = target.place(of: token, digests: .unkeyed)
-        func waiting() async throws -> Int {
-            guard case .integer(let n) = try await client.send(["XLEN", target.stream(shard)]) else { return -1 }
-            return Int(n)
-        }
-        let body = #"{"platform":"android","push_token":"\#(token)"}"#
-        for _ in 0..<3 { #expect(try await h.post("/installations", body).outcome("voyado") == "queued") }
-        #expect(try await waiting() == 1)
+        let mark = q.target.place(of: token, digests: .unkeyed).mark
+        for _ in 0..<3 { #expect(try await q.register(token).outcome("voyado") == "queued") }
+        #expect(try await q.waiting(token) == 1)
         #expect(!mark.contains(token))
-        #expect(try await client.send(["EXISTS", mark]) == .integer(1))
-        #expect(try await h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("voyado") == "queued")
-        #expect(try await waiting() == 2)
-        #expect(try await client.send(["EXISTS", mark]) == .integer(0))
-        #expect(try await h.post("/installations", body).outcome("voyado") == "queued")
-        #expect(try await waiting() == 3)
-        await h.stop()
-        await mock.stop()
+        #expect(try await q.redis.send(["EXISTS", mark]) == .integer(1))
+        #expect(try await q.h.post("/installations/unregister", #"{"push_token":"\#(token)"}"#).outcome("voyado") == "queued")
+        #expect(try await q.waiting(token) == 2)
+        #expect(try await q.redis.send(["EXISTS", mark]) == .integer(0))
+        #expect(try await q.register(token).outcome("voyado") == "queued")
+        #expect(try await q.waiting(token) == 3)
+        await q.stop()
     }
 
     @Test func anOutageIsWaitedOutAndTheOrderOfOneTokenKept() async throws {
@@ -294,21 +299,16 @@ import Testing
     /// An entry written by hand that does not hold together is dead-lettered with a log line; the
     /// worker goes on with the next.
     @Test func aMalformedEntryIsDeadLetteredAndTheWorkerGoesOn() async throws {
-        let mock = try MockVoyado(apiKey: "vk")
-        let h = try await Self.harness(Self.voyado(mock), key: "vk")
-        let client = RedisClient(configuration: RedisServer.shared.configuration())
-        defer { client.close() }
-        let target = OutboxStreams.Upstream(app: h.app, upstream: "voyado", shards: Outbox.queuedShards)
+        let q = try await QueuedVoyado()
         for shard in 0..<Outbox.queuedShards {
-            _ = try await client.send(["XADD", target.stream(shard), "*", "e", #"{"v":1,"op":"teleport"}"#])
+            _ = try await q.redis.send(["XADD", q.target.stream(shard), "*", "e", #"{"v":1,"op":"teleport"}"#])
         }
-        #expect(await Self.eventually { ((try? await Self.deadLetters(app: h.app, upstream: "voyado")) ?? []).count == Outbox.queuedShards })
+        #expect(await Self.eventually { ((try? await Self.deadLetters(app: q.h.app, upstream: "voyado")) ?? []).count == Outbox.queuedShards })
         let token = Self.fcm()
-        #expect(try await h.post("/installations", #"{"platform":"android","push_token":"\#(token)"}"#).outcome("voyado") == "queued")
-        #expect(await Self.eventually { Self.bodies(mock, "/installations").contains { $0.contains(token) } })
-        #expect(h.logs.text.contains("outbox entry malformed"))
-        await h.stop()
-        await mock.stop()
+        #expect(try await q.register(token).outcome("voyado") == "queued")
+        #expect(await Self.eventually { Self.bodies(q.mock, "/installations").contains { $0.contains(token) } })
+        #expect(q.h.logs.text.contains("outbox entry malformed"))
+        await q.stop()
     }
 
     /// Redis restarted (append-only file, as docs/operations.md asks for) while deliveries wait: none lost.
