@@ -6,6 +6,10 @@ int pw_limit_malloc_arenas(int arenas) {
     return mallopt(M_ARENA_MAX, arenas);
 }
 
+int pw_fix_malloc_thresholds(int bytes) {
+    return mallopt(M_TRIM_THRESHOLD, bytes) & mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
 int pw_malloc_trim(void) {
     return malloc_trim(0);
 }

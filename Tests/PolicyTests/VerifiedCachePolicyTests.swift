@@ -12,8 +12,8 @@ import Testing
 
     @Test func byDefaultSessionsAreKeptAndTheExplainerSaysHowMany() throws {
         let policy = try PolicyLoader.load(text: Self.policy(nil), path: "t.yaml").get()
-        #expect(policy.apps.first?.session.jwt?.verifiedCache == 131_072)
-        #expect(PolicyExplainer.explain(policy).contains("up to 131072 accepted sessions are kept by a hash of the token"))
+        #expect(policy.apps.first?.session.jwt?.verifiedCache == 98_304)
+        #expect(PolicyExplainer.explain(policy).contains("up to 98304 accepted sessions are kept by a hash of the token"))
     }
 
     @Test func zeroVerifiesEveryTokenOnEveryRequest() throws {
