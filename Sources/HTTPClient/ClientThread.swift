@@ -3,6 +3,7 @@ internal import CShims
 import Glibc
 #endif
 import Loops
+import PWCore
 import Synchronization
 
 /// The client's own thread, driving one ``MultiDriver`` for callers that are not on an event
@@ -104,10 +105,10 @@ final class ClientThread: Sendable {
             }
             for transfer in pending { driver.begin(transfer) }
             for transfer in cancelled { driver.cancel(transfer) }
-            driver.settle()
+            driver.settle(now: MonotonicClock.nowNanos())
             // Sleeps until a socket is ready, curl's deadline, or a wakeup from another thread.
             poller.wait(capMillis: 1000) { socket, flags in driver.socketReady(socket, flags) }
-            driver.settle()
+            driver.settle(now: MonotonicClock.nowNanos())
         }
         shared.withLock { state in
             state.multi = nil

@@ -65,8 +65,14 @@ final class LoopMulti: LoopDescriptorHandler, LoopParticipant {
 
     func turnEnded(now: UInt64) {
         loop.assertOnLoop("LoopMulti")
-        driver?.settle()
+        driver?.settle(now: now)
     }
 
-    var nextDeadline: UInt64? { driver?.multi.poller.nextDeadline }
+    var nextDeadline: UInt64? {
+        guard let driver else { return nil }
+        switch (driver.multi.poller.nextDeadline, driver.spareDeadline) {
+        case let (curl?, spares?): return min(curl, spares)
+        case let (curl, spares): return curl ?? spares
+        }
+    }
 }

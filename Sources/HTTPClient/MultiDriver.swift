@@ -26,6 +26,13 @@ final class MultiDriver {
     /// hundreds of concurrent calls, keeping every one held that memory for good; under steady
     /// load the handles in use are in flight, not spare, so a few dozen spares serve it.
     private static let spareLimit = 64
+    /// Spares go once no transfer has run for this long: a burst's handles are scattered over the
+    /// heap and pin its pages, so they are given back; steady load keeps its spares.
+    static let spareIdleNanos: UInt64 = 5_000_000_000
+    /// When a transfer last ran here (monotonic nanoseconds, as of a `settle`).
+    private var lastBusy: UInt64 = 0
+    /// A transfer was added since the last `settle` (it may have finished before it).
+    private var startedSinceSettle = false
     private let timeoutSocket = pw_curl_socket_timeout()
     /// Set when a transfer was added since curl last had a timeout call: curl then owes it one.
     private var needsKick = false
@@ -82,6 +89,7 @@ final class MultiDriver {
         }
         active[UInt(bitPattern: easy.raw)] = transfer
         needsKick = true
+        startedSinceSettle = true
     }
 
     /// Ends `transfer` with `.cancelled` if it is still running here.
@@ -102,13 +110,24 @@ final class MultiDriver {
     }
 
     /// Gives curl the timeout call it owes it (new transfers, or its deadline passed), then
-    /// completes the transfers curl reports done.
-    func settle() {
+    /// completes the transfers curl reports done, and lets idle spares go.
+    func settle(now: UInt64) {
         if multi.poller.takeDueTimeout() || needsKick {
             needsKick = false
             socketReady(timeoutSocket, 0)
         }
         drainMessages()
+        if startedSinceSettle || !active.isEmpty {
+            startedSinceSettle = false
+            lastBusy = now
+        } else if !spare.isEmpty, now >= lastBusy, now - lastBusy >= Self.spareIdleNanos {
+            spare.removeAll()
+        }
+    }
+
+    /// When the spares are due to go, for a thread that would otherwise sleep through it.
+    var spareDeadline: UInt64? {
+        spare.isEmpty ? nil : lastBusy &+ Self.spareIdleNanos
     }
 
     private func drainMessages() {
