@@ -40,6 +40,9 @@ PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden dur
 # What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
 PERF_EVENT=${PERF_EVENT:-cpu-clock}
+# HOLD=N: at the memory row, once RSS with the connections is read, write the sidecar's pid to
+# bench-out/pushwarden.pid and wait N seconds, to read its heap (gdb's malloc_stats, /proc smaps).
+HOLD=${HOLD:-}
 RUNS=${RUNS:-1}                        # measure every scenario this many times in a row (make bench: 2)
 # ROUNDS=N: after each run's rows, N rounds of short rows (ROUND_DURATION) of this build against
 # the baseline and the cluster sidecar, alternating which goes first, for P1 and P2: the table then
@@ -497,6 +500,7 @@ PY
   holder=$!
   sleep 4
   fact rss_1000_conns_kib "$(rss_kib)"
+  if [[ -n $HOLD ]]; then echo "$pw_pid" > bench-out/pushwarden.pid; sleep "$HOLD"; fi
   wait "$holder" || true
   soak_seconds=${SOAK%s}
   fact soak_seconds "$soak_seconds"
