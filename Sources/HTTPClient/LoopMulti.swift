@@ -65,14 +65,21 @@ final class LoopMulti: LoopDescriptorHandler, LoopParticipant {
 
     func turnEnded(now: UInt64) {
         loop.assertOnLoop("LoopMulti")
-        driver?.settle(now: now)
+        guard let driver else { return }
+        driver.settle(now: now)
+        if driver.connectionsIdle(now: now) {
+            // Unwatched while still open: the new handle's descriptor may get the same number.
+            loop.unwatch(driver.multi.poller.descriptor)
+            driver.renew()
+            loop.watch(driver.multi.poller.descriptor, read: true, write: false, handler: self)
+        }
     }
 
     var nextDeadline: UInt64? {
         guard let driver else { return nil }
-        switch (driver.multi.poller.nextDeadline, driver.spareDeadline) {
-        case let (curl?, spares?): return min(curl, spares)
-        case let (curl, spares): return curl ?? spares
+        switch (driver.multi.poller.nextDeadline, driver.idleDeadline) {
+        case let (curl?, idle?): return min(curl, idle)
+        case let (curl, idle): return curl ?? idle
         }
     }
 }

@@ -16,7 +16,7 @@ import PWCore
 /// Confined to the thread that drives it; `deinit` (on that thread) leaves the multi handle,
 /// whose last reference closes the cached connections.
 final class MultiDriver {
-    let multi: MultiHandle
+    private(set) var multi: MultiHandle
     private let configuration: HTTPClientConfiguration
     private var active: [UInt: Transfer] = [:]
     private var spare: [EasyHandle] = []
@@ -26,13 +26,17 @@ final class MultiDriver {
     /// hundreds of concurrent calls, keeping every one held that memory for good; under steady
     /// load the handles in use are in flight, not spare, so a few dozen spares serve it.
     private static let spareLimit = 64
-    /// Spares go once no transfer has run for this long: a burst's handles are scattered over the
-    /// heap and pin its pages, so they are given back; steady load keeps its spares.
-    static let spareIdleNanos: UInt64 = 5_000_000_000
+    /// Spares (and, on a loop, the cached connections) go once no transfer has run for this long:
+    /// a burst's handles and connections are scattered over the heap and pin its pages, so they
+    /// are given back; steady load keeps them. Servers commonly close keep-alive connections
+    /// idle this long anyway (Apache's and Node's default).
+    static let idleNanos: UInt64 = 5_000_000_000
     /// When a transfer last ran here (monotonic nanoseconds, as of a `settle`).
     private var lastBusy: UInt64 = 0
     /// A transfer was added since the last `settle` (it may have finished before it).
     private var startedSinceSettle = false
+    /// A transfer ran on this multi handle, so it may hold connections.
+    private var usedSinceRenewal = false
     private let timeoutSocket = pw_curl_socket_timeout()
     /// Set when a transfer was added since curl last had a timeout call: curl then owes it one.
     private var needsKick = false
@@ -40,6 +44,12 @@ final class MultiDriver {
     /// - Throws: `.other` when curl is not initialised or rejects the connection limits.
     init(configuration: HTTPClientConfiguration) throws(HTTPClientError) {
         guard CurlGlobal.initialized else { throw HTTPClientError(kind: .other, detail: "curl_global_init failed") }
+        self.multi = try Self.makeMulti(configuration)
+        self.configuration = configuration
+        self.spareLimit = max(1, min(Self.spareLimit, configuration.maxTotalConnections))
+    }
+
+    private static func makeMulti(_ configuration: HTTPClientConfiguration) throws(HTTPClientError) -> MultiHandle {
         guard let multi = MultiHandle() else { throw HTTPClientError(kind: .other, detail: "curl_multi_init failed") }
         var rc = CURLM_OK
         func set(_ option: CURLMoption, _ value: Int) {
@@ -53,9 +63,7 @@ final class MultiDriver {
         guard rc == CURLM_OK else {
             throw HTTPClientError(kind: .other, detail: String(cString: curl_multi_strerror(rc)))
         }
-        self.multi = multi
-        self.configuration = configuration
-        self.spareLimit = max(1, min(Self.spareLimit, configuration.maxTotalConnections))
+        return multi
     }
 
     deinit {
@@ -90,6 +98,7 @@ final class MultiDriver {
         active[UInt(bitPattern: easy.raw)] = transfer
         needsKick = true
         startedSinceSettle = true
+        usedSinceRenewal = true
     }
 
     /// Ends `transfer` with `.cancelled` if it is still running here.
@@ -120,14 +129,36 @@ final class MultiDriver {
         if startedSinceSettle || !active.isEmpty {
             startedSinceSettle = false
             lastBusy = now
-        } else if !spare.isEmpty, now >= lastBusy, now - lastBusy >= Self.spareIdleNanos {
+        } else if !spare.isEmpty, isIdle(now: now) {
             spare.removeAll()
         }
     }
 
-    /// When the spares are due to go, for a thread that would otherwise sleep through it.
-    var spareDeadline: UInt64? {
-        spare.isEmpty ? nil : lastBusy &+ Self.spareIdleNanos
+    private func isIdle(now: UInt64) -> Bool {
+        active.isEmpty && !startedSinceSettle && now >= lastBusy && now - lastBusy >= Self.idleNanos
+    }
+
+    /// When idle spares or connections are due to go, for a thread that would otherwise sleep
+    /// through it.
+    var idleDeadline: UInt64? {
+        spare.isEmpty && !usedSinceRenewal ? nil : lastBusy &+ Self.idleNanos
+    }
+
+    /// Whether `renew` would close connections now: none ran for `idleNanos`.
+    func connectionsIdle(now: UInt64) -> Bool {
+        usedSinceRenewal && isIdle(now: now)
+    }
+
+    /// Replaces the multi handle with a new one, closing the old one's cached connections (curl
+    /// has no call that closes idle connections alone). The caller stops watching the old
+    /// handle's descriptor first and watches the new one's after. Keeps the old handle when a
+    /// new one cannot be made.
+    func renew() {
+        guard active.isEmpty else { return }
+        spare.removeAll()
+        // Not tried again until the handle is used again, even if this attempt fails.
+        usedSinceRenewal = false
+        if let fresh = try? Self.makeMulti(configuration) { multi = fresh }
     }
 
     private func drainMessages() {

@@ -32,6 +32,27 @@ import Testing
         }
     }
 
+    /// After a burst a loop gives its connections back: none is kept past five idle seconds (the
+    /// next call opens a new one), while calls closer together share one.
+    @Test func aLoopClosesItsConnectionsOnceIdleForFiveSeconds() async throws {
+        try await withUpstream { server, client, base in
+            let loop = try startedLoop()
+            defer { loop.stop() }
+            func call() async throws -> Int {
+                try await Task(executorPreference: loop) { () throws -> Int in
+                    try await client.execute(HTTPClientRequest(method: "GET", url: base + "/echo"), on: loop).status
+                }.value
+            }
+            #expect(try await call() == 201)
+            try await Task.sleep(for: .seconds(2))
+            #expect(try await call() == 201)
+            #expect(server.acceptedConnections == 1)
+            try await Task.sleep(for: .seconds(6))
+            #expect(try await call() == 201)
+            #expect(server.acceptedConnections == 2)
+        }
+    }
+
     @Test func manyConcurrentLoopCallsCompleteWithinThePerHostLimit() async throws {
         try await withUpstream(HTTPClientConfiguration(maxConnectionsPerHost: 8, maxTotalConnections: 16)) { server, client, base in
             let loop = try startedLoop()
