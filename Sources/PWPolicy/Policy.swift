@@ -261,8 +261,8 @@ public struct SessionPolicy: Sendable, Equatable {
     /// Back-Channel Logout 1.0); nil, and the logout route answers `501`.
     public var backchannelLogout: BackchannelLogoutPolicy?
 
-    /// Two generations of 49,152: each fills a table of 2^16 slots at a dictionary's 3/4 load
-    /// (3.5 MiB); 131,072 took tables of 2^17 slots, twice the memory for a third more sessions.
+    /// Half of it is 3/4 of a power of two, so each generation fills its table: a dictionary keeps
+    /// its load under 3/4, and one entry more would double the table.
     public static let defaultVerifiedCache = 98_304
 
     public init(header: String?, cookie: String?, algorithms: [JWTAlgorithm], keys: Keys, issuer: String?,

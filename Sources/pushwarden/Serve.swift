@@ -65,7 +65,7 @@ enum MallocTuning {
     /// A thread arena's free top is given back once it is this large; blocks this large are mapped
     /// on their own. Left to glibc, both thresholds rise to the largest block freed (a cache's old
     /// table, megabytes), so an arena's top stays resident after a burst, and `malloc_trim` never
-    /// shrinks a thread arena's top: measured, 24 MiB of RSS after the bench's rows.
+    /// shrinks a thread arena's top.
     static let thresholdBytes: Int32 = 1 << 20
 
     static func apply(loops: Int) {

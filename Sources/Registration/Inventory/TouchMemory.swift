@@ -16,8 +16,8 @@ import Synchronization
 /// Thread-safety: one lock; the loops read the clock before taking it, so a time handed in may
 /// be earlier than the one another thread just wrote (compared, never subtracted).
 package final class TouchMemory: Sendable {
-    /// Three quarters of 2^18 slots, the most a 4 MiB table holds: a dictionary keeps its load
-    /// under 3/4, so 200,000 entries would take a table of 2^19 slots (8 MiB).
+    /// 3/4 of a power of two, so a full memory fills its table: a dictionary keeps its load under
+    /// 3/4, and one entry more would double the table.
     static let defaultCapacity = 196_608
 
     private let written = Mutex<[UInt64: UInt64]>([:])
