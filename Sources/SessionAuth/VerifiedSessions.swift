@@ -19,7 +19,7 @@ import Synchronization
 ///   per-entry bookkeeping on the hot path). Capacity 0 keeps none.
 /// - Each entry is 56 bytes in its table: the first 128 bits of the token's digest (finding a
 ///   second token with the same 128 bits takes about 2^128 tries), the contact id, the subject
-///   only where it is not the contact id, and `exp`. A generation's table grows as it fills, so
+///   only where it is not the contact id, and `exp` (in whole seconds). A generation's table grows as it fills, so
 ///   an app with few sessions holds little.
 ///
 /// Thread-safety: one lock around both generations; the work under it is one or two lookups.
@@ -39,7 +39,7 @@ final class VerifiedSessions: Sendable {
         }
     }
 
-    /// A session as kept: 40 bytes instead of `Session`'s 48, the subject not repeated.
+    /// A session as kept, in 40 bytes: the subject not repeated, `exp` in whole seconds.
     private struct Kept {
         enum Subject {
             case contactID
@@ -61,10 +61,11 @@ final class VerifiedSessions: Sendable {
 
         let contactID: String
         let subject: Subject
-        let expiresAt: Double
+        /// Rounded down, so an entry is never used past the token's `exp`.
+        let expiresAt: UInt32
 
         init?(_ session: Session) {
-            guard let expiresAt = session.expiresAt else { return nil }
+            guard let exp = session.expiresAt, exp >= 1 else { return nil }
             contactID = session.contactID
             switch (session.subject, session.sessionID) {
             case (let value, let sessionID?): subject = .withSession(WithSession(subject: value, sessionID: sessionID))
@@ -72,10 +73,11 @@ final class VerifiedSessions: Sendable {
             case (let value?, nil) where value == session.contactID: subject = .contactID
             case (let value?, nil): subject = .other(value)
             }
-            self.expiresAt = expiresAt
+            expiresAt = exp >= Double(UInt32.max) ? UInt32.max : UInt32(exp.rounded(.down))
         }
 
         var session: Session {
+            let expiresAt = Double(self.expiresAt)
             switch subject {
             case .contactID: return Session(contactID: contactID, subject: contactID, expiresAt: expiresAt)
             case .none: return Session(contactID: contactID, subject: nil, expiresAt: expiresAt)
@@ -108,13 +110,13 @@ final class VerifiedSessions: Sendable {
             Self.insert(kept, for: key, into: &g, half: half)
             return kept
         }
-        guard let found, now < found.expiresAt else { return nil }
+        guard let found, now < Double(found.expiresAt) else { return nil }
         return found.session
     }
 
     /// Keeps `session` (verified just now) for `key`, unless it is already expired.
     func keep(_ session: Session, for key: SHA256.Words, now: Double) {
-        guard capacity > 0, let kept = Kept(session), now < kept.expiresAt else { return }
+        guard capacity > 0, let kept = Kept(session), now < Double(kept.expiresAt) else { return }
         let half = capacity / 2
         generations.withLock { Self.insert(kept, for: Key(key), into: &$0, half: half) }
     }

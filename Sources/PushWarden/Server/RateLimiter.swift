@@ -25,43 +25,52 @@ import Synchronization
 final class RateLimiter: Sendable {
     /// How often the counts meet in the store.
     static let syncMillis: Int64 = 1000
-    /// The most a count from the store is taken for: far above any limit, far below overflow.
-    static let countCeiling: Int64 = 1 << 40
+    /// The most a count from the store is taken for: above any limit a policy can state (nine
+    /// digits), and low enough that a counter's sums fit its 32-bit counts.
+    static let countCeiling: Int64 = 1 << 30
 
+    /// The routes a policy can limit.
+    private enum Route: String {
+        case register, unregister, events
+    }
+
+    /// Kept small, one per active contact and route: one byte for the route, 32-bit
+    /// counts (each at most `countCeiling` plus a limit), the period in seconds.
     private struct Counter {
         /// Whose counter this is: the store's key is made from them when a count is sent (a digest
         /// a second per active contact, rather than a key of ~100 bytes kept for each).
         let app: String
-        let route: String
         let contactID: String
-        /// The limit's period, in milliseconds.
-        var periodMillis: Int64
         /// The window (epoch milliseconds / period) the counts below are for.
         var window: Int64
+        /// The limit's period, in seconds.
+        var periodSeconds: Int32
         /// The previous window's count, as last known.
-        var previous: Int64 = 0
+        var previous: Int32 = 0
         /// What the store last said this window holds (every replica's admissions it has heard of).
-        var known: Int64 = 0
+        var known: Int32 = 0
         /// Admitted here since, and not sent yet.
-        var unsent: Int64 = 0
+        var unsent: Int32 = 0
         /// Admitted here and on their way to the store.
-        var sending: Int64 = 0
+        var sending: Int32 = 0
+        let route: Route
         /// Whether the store has this window's counter with its expiry (made by this process's
         /// `SET NX PX`, answered): until then every addition sends it again.
         var made = false
 
-        var current: Int64 { known + unsent + sending }
+        var current: Int64 { Int64(known) + Int64(unsent) + Int64(sending) }
+        var periodMillis: Int64 { Int64(periodSeconds) * 1000 }
 
         /// The unsent count is on its way to the store.
         mutating func markSending() {
-            sending += unsent
+            sending = Int32(clamping: Int64(sending) + Int64(unsent))
             unsent = 0
         }
 
         /// What is unsent, for this window's counter in the store; its expiry the first time.
         func outgoing(_ digests: KeyDigest) -> RateWindowCount {
-            RateWindowCount(key: digests.contact(contactID, app: app).rateLimit(route: route) + ":" + String(window), count: unsent,
-                            ttlMillis: made ? nil : 2 * periodMillis)
+            RateWindowCount(key: digests.contact(contactID, app: app).rateLimit(route: route.rawValue) + ":" + String(window),
+                            count: Int64(unsent), ttlMillis: made ? nil : 2 * periodMillis)
         }
     }
 
@@ -92,7 +101,7 @@ final class RateLimiter: Sendable {
     /// reach the store first. Call on `loop`.
     func admit(app: AppPolicy, route: String, contactID: String, on loop: EventLoop,
                completion: @escaping (ContractError?) -> Void) {
-        guard let limit = app.client.rateLimits[route] else {
+        guard let limit = app.client.rateLimits[route], let route = Route(rawValue: route) else {
             completion(nil)
             return
         }
@@ -102,7 +111,7 @@ final class RateLimiter: Sendable {
     /// The check as a registration's admission, started with its dedupe lookups; nil when the
     /// route has no limit.
     func admission(app: AppPolicy, route: String, contactID: String) -> Registrar.Admission? {
-        guard let limit = app.client.rateLimits[route] else { return nil }
+        guard let limit = app.client.rateLimits[route], let route = Route(rawValue: route) else { return nil }
         let appID = app.id
         return { [self] loop, verdict in check(app: appID, route: route, contactID: contactID, limit: limit, on: loop, completion: verdict) }
     }
@@ -118,7 +127,7 @@ final class RateLimiter: Sendable {
     /// decides again once the store has answered (again and again while a burst keeps using the
     /// share up: each round admits or refuses at least one request). Without an answer it decides
     /// by this process's own count, and what it then admits is the fallback.
-    private func check(app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, on loop: EventLoop,
+    private func check(app: String, route: Route, contactID: String, limit: ClientPolicy.RateLimit, on loop: EventLoop,
                        mayWait: Bool = true, completion: @escaping (ContractError?) -> Void) {
         let name = Self.name(app: app, route: route, contactID: contactID)
         let decision = decide(name, app: app, route: route, contactID: contactID, limit: limit, now: Int64(SystemClock.epochMillis()),
@@ -135,7 +144,7 @@ final class RateLimiter: Sendable {
                 if case .admitted = decision {
                     metrics.rateLimitFallback(app: app)
                     logger.bounded(.warning, "rate limit store unavailable; request admitted", key: app,
-                                   [("app", app), ("route", route), ("error", result.failureDetail)])
+                                   [("app", app), ("route", route.rawValue), ("error", result.failureDetail)])
                 }
                 completion(refusal(decision, route: route))
                 return
@@ -145,42 +154,43 @@ final class RateLimiter: Sendable {
     }
 
     /// A counter's name: the seeded (per process, so not steerable) hash of its app, route and contact; two that collide share a count.
-    private static func name(app: String, route: String, contactID: String) -> Int {
+    private static func name(app: String, route: Route, contactID: String) -> Int {
         var hasher = Hasher()
         hasher.combine(app)
-        hasher.combine(route)
+        hasher.combine(route.rawValue)
         hasher.combine(contactID)
         return hasher.finalize()
     }
 
-    private func refusal(_ decision: Decision, route: String) -> ContractError? {
+    private func refusal(_ decision: Decision, route: Route) -> ContractError? {
         guard case .refused(let seconds) = decision else { return nil }
-        return ContractError(.rateLimited, "too many \(route) requests; try again later", retryAfter: seconds)
+        return ContractError(.rateLimited, "too many \(route.rawValue) requests; try again later", retryAfter: seconds)
     }
 
     /// Counts the request in when it fits: refused when the contact is at its limit as far as this
     /// process knows, sent first when the process's share is used up and `mayWait`.
-    private func decide(_ name: Int, app: String, route: String, contactID: String, limit: ClientPolicy.RateLimit, now: Int64,
+    private func decide(_ name: Int, app: String, route: Route, contactID: String, limit: ClientPolicy.RateLimit, now: Int64,
                         mayWait: Bool) -> Decision {
-        let period = Int64(max(limit.perSeconds, 1)) * 1000
+        let seconds = Int32(clamping: max(limit.perSeconds, 1))
+        let period = Int64(seconds) * 1000
         let window = now / period
         return counters.withLock { counters in
-            var counter = counters[name] ?? Counter(app: app, route: route, contactID: contactID, periodMillis: period, window: window)
+            var counter = counters[name] ?? Counter(app: app, contactID: contactID, window: window, periodSeconds: seconds, route: route)
             defer { counters[name] = counter }
-            if counter.window != window || counter.periodMillis != period {
-                counter.previous = counter.window == window - 1 && counter.periodMillis == period ? counter.current : 0
-                counter.periodMillis = period
+            if counter.window != window || counter.periodSeconds != seconds {
+                counter.previous = counter.window == window - 1 && counter.periodSeconds == seconds ? Int32(clamping: counter.current) : 0
+                counter.periodSeconds = seconds
                 (counter.known, counter.unsent, counter.sending, counter.window, counter.made) = (0, 0, 0, window, false)
             }
             let elapsed = Double(now - window * period)
             let previousWeight = Double(counter.previous) * (1 - elapsed / Double(period))
-            let requests = Double(limit.requests)
+            let requests = Double(min(limit.requests, Int(Self.countCeiling)))
             if previousWeight + Double(counter.current) + 1 > requests {
                 let wait = Self.waitMillis(previous: Double(counter.previous), current: Double(counter.current), requests: requests,
                                            elapsed: elapsed, period: Double(period))
                 return .refused(retryAfterSeconds: Int(max(1, min((wait / 1000).rounded(.up), 1e9))))
             }
-            if mayWait, counter.unsent + counter.sending >= Self.share(limit) {
+            if mayWait, Int64(counter.unsent) + Int64(counter.sending) >= Self.share(limit) {
                 // Its key is made outside the lock (a digest).
                 let unsent = counter
                 counter.markSending()
@@ -198,18 +208,18 @@ final class RateLimiter: Sendable {
             guard var counter = counters[name] else { return }
             defer { counters[name] = counter }
             if counter.window == window {
-                counter.sending = max(0, counter.sending - count)
+                counter.sending = Int32(clamping: max(0, Int64(counter.sending) - count))
                 switch result {
                 // The total includes this count and whatever was added before it, by anyone.
                 case .success(let totals):
                     // Bounded: a counter set by hand to near Int64.max must not overflow the sums.
-                    counter.known = max(counter.known, min(totals.first ?? 0, Self.countCeiling))
+                    counter.known = max(counter.known, Int32(clamping: min(totals.first ?? 0, Self.countCeiling)))
                     counter.made = true
                 // Not shared, still counted here.
-                case .failure: counter.known += count
+                case .failure: counter.known = Int32(clamping: min(Int64(counter.known) + count, Self.countCeiling))
                 }
             } else if counter.window == window + 1, case .success(let totals) = result {
-                counter.previous = max(counter.previous, min(totals.first ?? 0, Self.countCeiling))
+                counter.previous = max(counter.previous, Int32(clamping: min(totals.first ?? 0, Self.countCeiling)))
             }
         }
         if case .success = result { return true }
