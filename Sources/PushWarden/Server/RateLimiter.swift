@@ -175,30 +175,37 @@ final class RateLimiter: Sendable {
         let period = Int64(seconds) * 1000
         let window = now / period
         return counters.withLock { counters in
-            var counter = counters[name] ?? Counter(app: app, contactID: contactID, window: window, periodSeconds: seconds, route: route)
-            defer { counters[name] = counter }
-            if counter.window != window || counter.periodSeconds != seconds {
-                counter.previous = counter.window == window - 1 && counter.periodSeconds == seconds ? Int32(clamping: counter.current) : 0
-                counter.periodSeconds = seconds
-                (counter.known, counter.unsent, counter.sending, counter.window, counter.made) = (0, 0, 0, window, false)
-            }
-            let elapsed = Double(now - window * period)
-            let previousWeight = Double(counter.previous) * (1 - elapsed / Double(period))
-            let requests = Double(min(limit.requests, Int(Self.countCeiling)))
-            if previousWeight + Double(counter.current) + 1 > requests {
-                let wait = Self.waitMillis(previous: Double(counter.previous), current: Double(counter.current), requests: requests,
-                                           elapsed: elapsed, period: Double(period))
-                return .refused(retryAfterSeconds: Int(max(1, min((wait / 1000).rounded(.up), 1e9))))
-            }
-            if mayWait, Int64(counter.unsent) + Int64(counter.sending) >= Self.share(limit) {
-                // Its key is made outside the lock (a digest).
-                let unsent = counter
-                counter.markSending()
-                return .send(unsent, window: window)
-            }
-            counter.unsent += 1
-            return .admitted
+            // In place: one lookup, the counter's strings neither copied nor released.
+            Self.count(&counters[name, default: Counter(app: app, contactID: contactID, window: window, periodSeconds: seconds, route: route)],
+                       limit: limit, window: window, now: now, mayWait: mayWait)
         }
+    }
+
+    /// `decide` on the contact's counter, under the lock.
+    private static func count(_ counter: inout Counter, limit: ClientPolicy.RateLimit, window: Int64, now: Int64, mayWait: Bool) -> Decision {
+        let seconds = Int32(clamping: max(limit.perSeconds, 1))
+        let period = Int64(seconds) * 1000
+        if counter.window != window || counter.periodSeconds != seconds {
+            counter.previous = counter.window == window - 1 && counter.periodSeconds == seconds ? Int32(clamping: counter.current) : 0
+            counter.periodSeconds = seconds
+            (counter.known, counter.unsent, counter.sending, counter.window, counter.made) = (0, 0, 0, window, false)
+        }
+        let elapsed = Double(now - window * period)
+        let previousWeight = Double(counter.previous) * (1 - elapsed / Double(period))
+        let requests = Double(min(limit.requests, Int(countCeiling)))
+        if previousWeight + Double(counter.current) + 1 > requests {
+            let wait = waitMillis(previous: Double(counter.previous), current: Double(counter.current), requests: requests,
+                                  elapsed: elapsed, period: Double(period))
+            return .refused(retryAfterSeconds: Int(max(1, min((wait / 1000).rounded(.up), 1e9))))
+        }
+        if mayWait, Int64(counter.unsent) + Int64(counter.sending) >= share(limit) {
+            // Its key is made outside the lock (a digest).
+            let unsent = counter
+            counter.markSending()
+            return .send(unsent, window: window)
+        }
+        counter.unsent += 1
+        return .admitted
     }
 
     /// Takes the store's answer for `count`, added to window `window`: true when it answered.
