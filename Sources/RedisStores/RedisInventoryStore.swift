@@ -62,11 +62,14 @@ package final class RedisInventoryStore: InventoryStore {
     /// contact's place among the app's contacts: three hash tags (the token's shard, the contact,
     /// the contact's shard), so on a cluster up to three masters; one batch.
     package func record(_ write: InventoryWrite, on loop: EventLoop?) async throws(StoreError) -> InventoryWriteResult {
-        let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
         let now = String(write.nowMillis)
         let shard = write.app.shard(of: write.token)
         let recordKeys = [write.contact.inventory]
-        let recordArguments = [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
+        // The merge script's arguments, made only when it runs (a record most likely new never needs them).
+        func recordArguments() -> [String] {
+            let upstreams = JSONValue.array(write.upstreams.map { .string($0) }).encodedString()
+            return [write.token.digest, write.sealed, write.platform, write.pushService, upstreams, now]
+        }
         let shardKeys = Self.shardKeys(shard, write.token)
         let shardArguments = [write.contact.digest, now, Self.seenMember(write.contact, write.token),
                               InventoryPosition(token: write.token, contact: write.contact).indexKey] + write.upstreams
@@ -78,7 +81,7 @@ package final class RedisInventoryStore: InventoryStore {
                 StoredInstallation.encode(sealed: write.sealed, platform: write.platform, pushService: write.pushService,
                                           upstreams: Self.unique(write.upstreams), firstSeen: write.nowMillis, lastSeen: write.nowMillis)],
                ["HLEN", write.contact.inventory]]
-            : [["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments]
+            : [["EVALSHA", Self.recordScript.sha1, "1"] + recordKeys + recordArguments()]
         var commands = [["EVALSHA", Self.shardWriteScript.sha1, "4"] + shardKeys + shardArguments] + insert
             + [["SADD", write.app.shard(of: write.contact).contacts, write.contact.digest]]
         // The session index rides in the same batch: no round trip of its own.
@@ -96,7 +99,7 @@ package final class RedisInventoryStore: InventoryStore {
         switch replies[1] {
         case .success(let reply): recordReply = reply
         case .failure(let error) where error.kind == .missingScript:
-            recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
+            recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments(), on: loop)
         case .failure(let error): throw error
         }
         for reply in replies.dropFirst(2) { _ = try reply.get() }
@@ -105,7 +108,7 @@ package final class RedisInventoryStore: InventoryStore {
             if recordReply == .integer(1), case .integer(let count) = try replies[2].get() {
                 recordReply = .array([.integer(1), .integer(count)])
             } else if recordReply == .integer(0) {
-                recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments, on: loop)
+                recordReply = try await store.evaluate(Self.recordScript, keys: recordKeys, arguments: recordArguments(), on: loop)
             }
         }
         guard case .array(let counts) = recordReply, counts.count == 2, case .integer(let isNew) = counts[0],
