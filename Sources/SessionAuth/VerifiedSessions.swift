@@ -10,7 +10,8 @@ import Synchronization
 ///   is verified whole.
 /// - Only accepted sessions go in, so a refused token is refused again, however often it comes.
 /// - An entry is used only while the clock is before the token's `exp` (without the leeway the
-///   full check allows: after `exp` the token is verified again, and not kept).
+///   full check allows: after `exp` the token is verified again, and not kept). A token whose
+///   `exp` is not a whole number of seconds (or is past 2106) is verified every time.
 /// - It is emptied whenever the verifier's keys change (a `jwks_url` refresh), so a key taken
 ///   out of the JWKS stops accepting its tokens at once.
 /// - At most `capacity` sessions: two generations of `capacity / 2`; when the newer fills, the
@@ -19,8 +20,8 @@ import Synchronization
 ///   per-entry bookkeeping on the hot path). Capacity 0 keeps none.
 /// - Each entry is 56 bytes in its table: the first 128 bits of the token's digest (finding a
 ///   second token with the same 128 bits takes about 2^128 tries), the contact id, the subject
-///   only where it is not the contact id, and `exp` (in whole seconds). A generation's table grows as it fills, so
-///   an app with few sessions holds little.
+///   only where it is not the contact id, and `exp` in whole seconds. A generation's table grows
+///   as it fills, so an app with few sessions holds little.
 ///
 /// Thread-safety: one lock around both generations; the work under it is one or two lookups.
 final class VerifiedSessions: Sendable {
@@ -61,11 +62,12 @@ final class VerifiedSessions: Sendable {
 
         let contactID: String
         let subject: Subject
-        /// Rounded down, so an entry is never used past the token's `exp`.
+        /// Whole seconds: a session whose `exp` is not one (a fraction, or past 2106) is not
+        /// kept, so what is found is always the very session the verifier returned.
         let expiresAt: UInt32
 
         init?(_ session: Session) {
-            guard let exp = session.expiresAt, exp >= 1 else { return nil }
+            guard let exp = session.expiresAt, exp >= 1, exp <= Double(UInt32.max), exp == exp.rounded(.down) else { return nil }
             contactID = session.contactID
             switch (session.subject, session.sessionID) {
             case (let value, let sessionID?): subject = .withSession(WithSession(subject: value, sessionID: sessionID))
@@ -73,7 +75,7 @@ final class VerifiedSessions: Sendable {
             case (let value?, nil) where value == session.contactID: subject = .contactID
             case (let value?, nil): subject = .other(value)
             }
-            expiresAt = exp >= Double(UInt32.max) ? UInt32.max : UInt32(exp.rounded(.down))
+            expiresAt = UInt32(exp)
         }
 
         var session: Session {

@@ -73,6 +73,21 @@ import Testing
         #expect(failureReason(v.verify(token: token)) == "expired")
     }
 
+    /// An entry keeps `exp` in whole seconds: a token whose `exp` has a fraction is not kept, so
+    /// a token sent again never gets a session that differs from the one verified.
+    @Test func aSessionFoundIsTheSessionVerifiedEvenWithAFractionalExp() throws {
+        let v = try Self.hs256Verifier(clock: Clock())
+        let whole = try Self.hs256(["exp": "\(Int(testNow) + 600)"])
+        let first = try v.verify(token: whole).get()
+        #expect(try v.verify(token: whole).get() == first)
+        #expect(v.verified.count == 1)
+        let fractional = try Self.hs256(["exp": "\(Int(testNow) + 600).5"])
+        let verified = try v.verify(token: fractional).get()
+        #expect(verified.expiresAt == Double(Int(testNow) + 600) + 0.5)
+        #expect(try v.verify(token: fractional).get() == verified)
+        #expect(v.verified.count == 1)
+    }
+
     @Test func newKeysEmptyItSoARemovedKeyStopsAcceptingAtOnce() throws {
         let key = try PrivateKey.generateP256()
         let jwks = #"{"keys":["# + JSONValue.object(key.publicKeyJWK(kid: "ec-1")).encodedString() + "]}"
