@@ -61,7 +61,7 @@ import Testing
     }
 }
 
-/// A client against a real three-master cluster (`RedisCluster.shared`).
+/// A client against a real three-master cluster (the shared `RedisCluster`).
 @Suite(.serialized) struct ClusterClientTests {
     private static func key(_ index: Int, _ run: String) -> String { "test:cluster:\(run):\(index)" }
 
@@ -222,6 +222,32 @@ import Testing
             // Back where they were, for the tests that follow.
             try cluster.reshard(count: movedSlots.count, from: try cluster.master(forSlot: movedSlots.lowerBound), to: from)
             try cluster.waitUntilHealthy(seconds: 20)
+        }
+    }
+
+    /// The fixture's way back when a restarted node does not rejoin: the node on that port comes
+    /// back under a new id as a replica, and the cluster serves every slot again.
+    @Test func aNodeJoinedAgainAsANewNodeLeavesTheClusterHealthy() async throws {
+        try await RedisCluster.use { cluster in
+            let client = try Self.client(cluster)
+            defer { client.close() }
+            let run = UUID().uuidString
+            for index in 0..<30 {
+                #expect(try await client.send(["SET", Self.key(index, run), "v\(index)"]) == .status("OK"))
+            }
+            guard let replica = try cluster.nodes().first(where: { !$0.isMaster && cluster.livePorts.contains($0.port) }) else {
+                Issue.record("the cluster has no replica")
+                return
+            }
+            try cluster.rejoinAsNewNode(port: replica.port)
+            try cluster.waitUntilHealthy(seconds: 60)
+            let nodes = try cluster.nodes()
+            #expect(nodes.count == 6, "\(nodes.map(\.id))")
+            let joined = nodes.first { $0.port == replica.port }
+            #expect(joined.map { !$0.isMaster && $0.id != replica.id } == true)
+            for index in 0..<30 {
+                #expect(try await client.send(["GET", Self.key(index, run)]) == .bulk(Array("v\(index)".utf8)))
+            }
         }
     }
 }
