@@ -5,7 +5,7 @@
 /// - Important: after `.timeout` (and `.unavailable` raised mid-flight) the command may or may not
 ///   have run on the server. Only idempotent commands are safe to retry blindly.
 public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable, CustomStringConvertible {
         /// No connection: connect failed, AUTH/SELECT failed, the connection broke, or the
         /// reconnect backoff has not elapsed yet.
         case unavailable
@@ -15,6 +15,16 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         case protocolError
         /// The client was closed before the command was sent.
         case closed
+
+        /// Named without reflection: during an outage every failed command is described.
+        public var description: String {
+            switch self {
+            case .unavailable: "unavailable"
+            case .timeout: "timeout"
+            case .protocolError: "protocolError"
+            case .closed: "closed"
+            }
+        }
     }
 
     public var kind: Kind

@@ -14,14 +14,12 @@ extension RedisStore: SharedRateLimits {
         }
         let batch = RateCountBatch(count: counts.count, completion: completion)
         for (index, count) in counts.enumerated() {
-            let key = Array(count.key.utf8)
             // Made with its expiry first, so that no counter outlives its windows; the INCRBY that
-            // follows on the same connection keeps that expiry.
+            // follows on the same connection keeps that expiry. Encoded from the strings' storage.
             if let ttl = count.ttlMillis {
-                client.send(bytes: [Self.setCommand, key, Self.zero, Self.pxOption, Array(String(max(ttl, 1)).utf8), Self.nxOption],
-                            on: loop) { _ in }
+                client.send(["SET", count.key, "0", "PX", String(max(ttl, 1)), "NX"], on: loop) { _ in }
             }
-            client.send(bytes: [Self.incrbyCommand, key, Array(String(count.count).utf8)], on: loop) { result in
+            client.send(["INCRBY", count.key, String(count.count)], on: loop) { result in
                 switch result {
                 case .success(.integer(let total)): batch.deliver(index, .success(total))
                 case .success(.error(let message)): batch.deliver(index, .failure(StoreError(replied: message)))
@@ -32,11 +30,6 @@ extension RedisStore: SharedRateLimits {
         }
     }
 
-    private static let setCommand = Array("SET".utf8)
-    private static let zero = Array("0".utf8)
-    private static let pxOption = Array("PX".utf8)
-    private static let nxOption = Array("NX".utf8)
-    private static let incrbyCommand = Array("INCRBY".utf8)
 }
 
 /// The totals of one `add`, joined on its loop: the first failure fails the whole batch.

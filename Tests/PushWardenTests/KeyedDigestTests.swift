@@ -19,6 +19,14 @@ import Testing
     static let digestKey = Data(SecureRandom.bytes(32)).base64EncodedString()
     static var digests: KeyDigest { KeyDigest(secret: [UInt8](Data(base64Encoded: digestKey) ?? Data())) }
 
+    /// The rate limiter names a counter in one string; it is the contact's key for the route and window.
+    @Test func aCountersKeyIsItsContactsRateLimitKey() {
+        for digests in [Self.digests, KeyDigest.unkeyed] {
+            let key = digests.rateLimit("alice@example.com", app: "bench", route: "register", window: 1_733_450_000)
+            #expect(key == digests.contact("alice@example.com", app: "bench").rateLimit(route: "register") + ":1733450000")
+        }
+    }
+
     static func harness(voyado: MockVoyado, voidhash: MockVoidhash, server: RedisServer, app: String?, digest: Bool,
                         audit: Ed25519PrivateKey? = nil, rateLimits: String? = nil, queued: MockVoyado? = nil,
                         expireAfter: String? = nil) async throws -> SidecarHarness {

@@ -69,7 +69,7 @@ final class RateLimiter: Sendable {
 
         /// What is unsent, for this window's counter in the store; its expiry the first time.
         func outgoing(_ digests: KeyDigest) -> RateWindowCount {
-            RateWindowCount(key: digests.contact(contactID, app: app).rateLimit(route: route.rawValue) + ":" + String(window),
+            RateWindowCount(key: digests.rateLimit(contactID, app: app, route: route.rawValue, window: window),
                             count: Int64(unsent), ttlMillis: made ? nil : 2 * periodMillis)
         }
     }
@@ -138,7 +138,7 @@ final class RateLimiter: Sendable {
         }
         let count = unsent.outgoing(digests)
         shared.add([count], on: loop) { [self] result in
-            guard settle(name, window: window, count: count.count, result: result) else {
+            guard settle(name, window: window, count: count.count, result: result.map { $0.first ?? 0 }) else {
                 let decision = decide(name, app: app, route: route, contactID: contactID, limit: limit, now: Int64(SystemClock.epochMillis()),
                                       mayWait: false)
                 if case .admitted = decision {
@@ -210,27 +210,30 @@ final class RateLimiter: Sendable {
 
     /// Takes the store's answer for `count`, added to window `window`: true when it answered.
     @discardableResult
-    private func settle(_ name: Int, window: Int64, count: Int64, result: Result<[Int64], StoreError>) -> Bool {
+    private func settle(_ name: Int, window: Int64, count: Int64, result: Result<Int64, StoreError>) -> Bool {
         counters.withLock { counters in
-            guard var counter = counters[name] else { return }
-            defer { counters[name] = counter }
-            if counter.window == window {
-                counter.sending = Int32(clamping: max(0, Int64(counter.sending) - count))
-                switch result {
-                // The total includes this count and whatever was added before it, by anyone.
-                case .success(let totals):
-                    // Bounded: a counter set by hand to near Int64.max must not overflow the sums.
-                    counter.known = max(counter.known, Int32(clamping: min(totals.first ?? 0, Self.countCeiling)))
-                    counter.made = true
-                // Not shared, still counted here.
-                case .failure: counter.known = Int32(clamping: min(Int64(counter.known) + count, Self.countCeiling))
-                }
-            } else if counter.window == window + 1, case .success(let totals) = result {
-                counter.previous = max(counter.previous, Int32(clamping: min(totals.first ?? 0, Self.countCeiling)))
-            }
+            guard let index = counters.index(forKey: name) else { return }
+            Self.settle(&counters.values[index], window: window, count: count, result: result)
         }
         if case .success = result { return true }
         return false
+    }
+
+    private static func settle(_ counter: inout Counter, window: Int64, count: Int64, result: Result<Int64, StoreError>) {
+        if counter.window == window {
+            counter.sending = Int32(clamping: max(0, Int64(counter.sending) - count))
+            switch result {
+            // The total includes this count and whatever was added before it, by anyone.
+            case .success(let total):
+                // Bounded: a counter set by hand to near Int64.max must not overflow the sums.
+                counter.known = max(counter.known, Int32(clamping: min(total, countCeiling)))
+                counter.made = true
+            // Not shared, still counted here.
+            case .failure: counter.known = Int32(clamping: min(Int64(counter.known) + count, countCeiling))
+            }
+        } else if counter.window == window + 1, case .success(let total) = result {
+            counter.previous = max(counter.previous, Int32(clamping: min(total, countCeiling)))
+        }
     }
 
     /// How long until one more request fits: within this window once the previous one's weight
@@ -274,18 +277,22 @@ final class RateLimiter: Sendable {
         var unsent: [(name: Int, counter: Counter)] = []
         counters.withLock { counters in
             var gone: [Int] = []
-            for (name, counter) in counters {
+            // By index: a value changed in place keeps every index (and the table) as it is, and
+            // an optional-chained `counters[name]?` change allocates its accessor's frame each time.
+            var index = counters.startIndex
+            while index != counters.endIndex {
+                let (name, counter) = counters[index]
                 // A counter two windows old counts for nothing any more.
                 if now / counter.periodMillis - counter.window >= 2 {
                     gone.append(name)
-                    continue
+                } else if counter.unsent > 0, shared != nil {
+                    unsent.append((name, counter))
+                    counters.values[index].markSending()
                 }
-                guard counter.unsent > 0, shared != nil else { continue }
-                unsent.append((name, counter))
+                counters.formIndex(after: &index)
             }
-            // Changed after the walk: a change during it would copy the whole table each turn.
-            for name in gone { counters[name] = nil }
-            for (name, _) in unsent { counters[name]?.markSending() }
+            // Removed after the walk: a removal moves entries, so indices would not hold.
+            for name in gone { counters.removeValue(forKey: name) }
             // A dictionary keeps its buckets when emptied: after a burst of contacts, copy it smaller.
             if !gone.isEmpty, counters.capacity > 4 * counters.count + 1024 {
                 var smaller = [Int: Counter](minimumCapacity: counters.count)
@@ -314,7 +321,7 @@ final class RateLimiter: Sendable {
     private func send(_ outgoing: Outgoing, on loop: EventLoop) {
         shared?.add(outgoing.counts, on: loop) { [self] result in
             for index in outgoing.counts.indices {
-                let one: Result<[Int64], StoreError> = result.map { totals in index < totals.count ? [totals[index]] : [] }
+                let one = result.map { totals in index < totals.count ? totals[index] : 0 }
                 settle(outgoing.names[index], window: outgoing.windows[index], count: outgoing.counts[index].count, result: one)
             }
             if case .failure(let error) = result {

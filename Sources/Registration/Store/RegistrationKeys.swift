@@ -127,6 +127,19 @@ public struct KeyDigest: Sendable, CustomStringConvertible {
 
     public func contact(_ contactID: String, app: String) -> ContactKeys { ContactKeys(digest: hex(app, contactID)) }
 
+    /// `contact(contactID, app: app).rateLimit(route: route) + ":" + window`, made in one string:
+    /// the rate limiter names every counter it sends this way, each second.
+    package func rateLimit(_ contactID: String, app: String, route: String, window: Int64) -> String {
+        var key = "pw:v2:{c:"
+        key.reserveCapacity(96)
+        key += hex(app, contactID)
+        key += "}:rate:"
+        key += route
+        key += ":"
+        key += String(window)
+        return key
+    }
+
     public func token(_ pushToken: String, app: String) -> TokenKeys { TokenKeys(digest: hex(app, pushToken)) }
 
     public func registration(_ pushToken: String, app: String, upstream: String) -> RegistrationKeys {
