@@ -180,7 +180,10 @@ private func registration(_ token: String) -> String { #"{"platform":"android","
                     let reply = try await sidecars[i % 3].post("/installations/unregister", gone, contact: contact)
                     if reply.status == 202 { admitted += 1 } else { #expect(reply.errorCode == "rate_limited") }
                 }
-                #expect((3...6).contains(admitted), "admitted \(admitted) of 9")
+                // A request the store did not answer in time is admitted by design (logged and
+                // counted): only those may go beyond the bound, and the message says how many there were.
+                let fallbacks = try await rateLimitFallbacks(sidecars)
+                #expect(admitted >= 3 && admitted - fallbacks <= 6, "admitted \(admitted) of 9, \(fallbacks) unchecked (the store did not answer)")
                 try await Task.sleep(for: .milliseconds(1500))
                 for sidecar in sidecars {
                     let reply = try await sidecar.post("/installations/unregister", gone, contact: contact)
@@ -352,6 +355,18 @@ extension ClusterStoreTests {
             try cluster.restart(port: stoppedPort(cluster))
         }
     }
+}
+
+/// `pushwarden_rate_limit_fallback_total` summed over `sidecars`: requests admitted unchecked.
+private func rateLimitFallbacks(_ sidecars: [Harness]) async throws -> Int {
+    var total = 0
+    for sidecar in sidecars {
+        for line in try await sidecar.admin("/metrics").text.split(separator: "\n")
+        where line.hasPrefix("pushwarden_rate_limit_fallback_total{") {
+            total += Int(Double(line.split(separator: " ").last.map(String.init) ?? "") ?? 0)
+        }
+    }
+    return total
 }
 
 /// The one node a test killed, to start again.
