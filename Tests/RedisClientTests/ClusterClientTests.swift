@@ -69,14 +69,20 @@ import Testing
         RedisClient(configuration: try RedisConfiguration(url: cluster.url))
     }
 
+    /// Sets keys 0..<count of a new run to `v<index>` through `client`; returns the run.
+    private static func setKeys(_ count: Int, through client: RedisClient) async throws -> String {
+        let run = UUID().uuidString
+        for index in 0..<count {
+            #expect(try await client.send(["SET", key(index, run), "v\(index)"]) == .status("OK"))
+        }
+        return run
+    }
+
     @Test func keysGoToEveryMasterAndComeBack() async throws {
         try await RedisCluster.use { cluster in
             let client = try Self.client(cluster)
             defer { client.close() }
-            let run = UUID().uuidString
-            for index in 0..<120 {
-                #expect(try await client.send(["SET", Self.key(index, run), "v\(index)"]) == .status("OK"))
-            }
+            let run = try await Self.setKeys(120, through: client)
             // Each key sits on the master its slot names: asked directly (no redirection), it answers.
             let masters = try cluster.masters()
             #expect(masters.count == 3)
@@ -231,10 +237,7 @@ import Testing
         try await RedisCluster.use { cluster in
             let client = try Self.client(cluster)
             defer { client.close() }
-            let run = UUID().uuidString
-            for index in 0..<30 {
-                #expect(try await client.send(["SET", Self.key(index, run), "v\(index)"]) == .status("OK"))
-            }
+            let run = try await Self.setKeys(30, through: client)
             guard let replica = try cluster.nodes().first(where: { !$0.isMaster && cluster.livePorts.contains($0.port) }) else {
                 Issue.record("the cluster has no replica")
                 return
