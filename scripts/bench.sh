@@ -36,7 +36,9 @@ PW_THIS=${PW_THIS:-}
 # PW_CLUSTER=<binary>: serve that build as the cluster sidecar (with PW_THIS, an earlier build's
 # cluster/this ratio).
 PW_CLUSTER=${PW_CLUSTER:-}
-PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden during P1 and P2 (bench-out/perf-*.data)
+PERF=${PERF:-}                         # PERF=1: perf-record each PushWarden and the floor during P1 and P2 (bench-out/perf-*.data)
+# STATUSES=1: the registration rows also count their answers by status (in bench-out/failed-*.txt for
+# a row with failures: a 429 from the limits is not a 503 from the store); costs wrk a Lua call each.
 # What PERF samples: CPU time by default; a uprobe (after `perf probe -x <libc> malloc`) counts
 # allocations and where they are made (PERF_EVENT=probe_libc:malloc).
 PERF_EVENT=${PERF_EVENT:-cpu-clock}
@@ -212,9 +214,10 @@ run() {
   # Redis's read events over P2 and the queued row (each a write of the sidecar's: a round trip).
   local reads_before=
   [[ $name == pw_forwarded || $name == pw_queued ]] && reads_before=$(redis_reads)
-  # PERF=1: the hit and forward rows of this build, the baseline and the cluster sidecar.
+  # PERF=1: the hit and forward rows of this build, the baseline, the cluster sidecar and the floor.
   local perf_target=
   case $name in
+    floor_hit_shape|floor_forward|floor_accept) perf_target=$floor_pid ;;
     pw_hit_hs256|pw_hit_nolimits|pw_hit_es256|pw_hit_reused|pw_forwarded|pw_queued) perf_target=$pw_pid ;;
     base_hit_hs256|base_forwarded) perf_target=$base_pid ;;
     cluster_hit_hs256|cluster_hit_nolimits|cluster_forwarded) perf_target=$cluster_pid ;;

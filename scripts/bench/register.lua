@@ -47,3 +47,19 @@ request = function()
   end
   return build(i, string.format("bench-miss-token-%s-%d-%d-aaaaaaaaaaaa", os.getenv("RUN_ID") or "x", thread_id, counter))
 end
+
+-- STATUSES=1: count the answers by status and print them at the end (which failures a row had).
+-- Off by default: a response callback costs the load generator a Lua call per request.
+if os.getenv("STATUSES") then
+  statuses = {}
+  response = function(status)
+    statuses[status] = (statuses[status] or 0) + 1
+  end
+  done = function()
+    local total = {}
+    for _, thread in ipairs(threads) do
+      for status, count in pairs(thread:get("statuses")) do total[status] = (total[status] or 0) + count end
+    end
+    for status, count in pairs(total) do io.write(string.format("status %d: %d\n", status, count)) end
+  end
+end
