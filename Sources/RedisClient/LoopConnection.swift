@@ -370,18 +370,36 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         }
     }
 
+    /// hiredis reads 16 KiB a call. Read once a turn, a larger backlog (an outbox batch, a busy
+    /// turn's replies) drained 16 KiB per turn of a loaded loop: replies Redis had sent waited out
+    /// the command timeout. So the socket is read until it is empty, up to 1 MiB a turn, each
+    /// chunk's replies delivered before the next (hiredis compacts its buffer on every reply).
+    private static let readsPerTurn = 64
+
     private func readReplies(from connection: NonBlockingHiredisContext) {
-        if let error = connection.read() {
-            reset(failing: error, backOff: false, now: EventLoop.now())
-            return
+        for _ in 0..<Self.readsPerTurn {
+            let filled: Bool
+            switch connection.read() {
+            case .failure(let error):
+                reset(failing: error, backOff: false, now: EventLoop.now())
+                return
+            case .success(let value):
+                filled = value
+            }
+            guard deliverReplies(from: connection), filled else { return }
         }
+    }
+
+    /// Completes pending commands with the replies read so far: true when every complete reply
+    /// was delivered and `connection` is still this one's; false after a reset.
+    private func deliverReplies(from connection: NonBlockingHiredisContext) -> Bool {
         while context === connection {
             switch connection.nextReply() {
             case .failure(let error):
                 reset(failing: error, backOff: false, now: EventLoop.now())
-                return
+                return false
             case .success(nil):
-                return
+                return true
             case .success(let reply?):
                 if setupReplyHead < setupReplies.count {
                     let step = setupReplies[setupReplyHead]
@@ -389,14 +407,14 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
                     if case .error(let message) = reply {
                         reset(failing: RedisError(kind: .unavailable, detail: "\(step) on \(target) refused: \(message)"),
                               backOff: true, now: EventLoop.now())
-                        return
+                        return false
                     }
                     continue
                 }
                 guard head < pending.count else {
                     reset(failing: RedisError(kind: .protocolError, detail: "\(target): a reply no command asked for"),
                           backOff: false, now: EventLoop.now())
-                    return
+                    return false
                 }
                 let command = pending[head]
                 head += 1
@@ -410,6 +428,7 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
                 command.completion(.success(reply))
             }
         }
+        return false
     }
 
     /// Drops the connection (closing its socket) and fails every pending command with `error`,

@@ -77,13 +77,19 @@ final class NonBlockingHiredisContext {
         return .success(done != 0)
     }
 
-    /// Reads what the socket holds (one `read` of at most 16 KiB, `redisBufferRead`) into the
-    /// reply parser. Nothing to read is not an error; EOF and resets are.
-    func read() -> RedisError? {
+    /// What one `redisBufferRead` takes from the socket at most (its buffer in hiredis 0.14 and 1.x).
+    static let readChunk = 16 * 1024
+
+    /// Reads what the socket holds (one `read` of at most ``readChunk`` bytes, `redisBufferRead`)
+    /// into the reply parser. Nothing to read is not an error; EOF and resets are.
+    /// - Returns: whether the read filled its buffer, so the socket may hold more.
+    func read() -> Result<Bool, RedisError> {
+        let before = context.pointee.reader?.pointee.len ?? 0
         guard redisBufferRead(context) == REDIS_OK else {
-            return Hiredis.error(of: context, errno: errno)
+            return .failure(Hiredis.error(of: context, errno: errno))
         }
-        return nil
+        let after = context.pointee.reader?.pointee.len ?? 0
+        return .success(after > before && after - before >= Self.readChunk)
     }
 
     /// The next complete reply already read (`redisGetReplyFromReader`), or nil when the parser

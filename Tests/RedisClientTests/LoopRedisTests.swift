@@ -159,6 +159,34 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         _ = try await client.send(["DEL", k])
     }
 
+    /// A loaded loop: every turn takes 10 ms (the request work of a storm). A 1 MiB reply is 64
+    /// of hiredis's 16 KiB reads; read once a turn it took 640 ms and timed out.
+    @Test func aLargeReplyOnABusyLoopArrivesWithinTheCommandTimeout() async throws {
+        let loop = try startedLoop()
+        defer { loop.stop() }
+        var configuration = RedisServer.shared.configuration()
+        configuration.commandTimeoutMillis = 300
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let k = loopKey("large")
+        let value = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 % 251) }
+        _ = try await client.send(bytes: [Array("SET".utf8), Array(k.utf8), value])
+        #expect(await roundTrip(["PING"], with: client, on: loop)?.reply == .status("PONG"), "the loop's connection is up")
+
+        let busy = BusyTurns(millis: 10)
+        loop.execute { loop.add(busy) }
+        let started = ContinuousClock.now
+        let got = try #require(await roundTrip(["GET", k], with: client, on: loop))
+        let took = ContinuousClock.now - started
+        busy.stop()
+        // Compared apart: a failed expectation on the reply itself would print a megabyte.
+        let same = got.reply == .bulk(value)
+        #expect(same, "\(got.errorKind.map { "\($0): \(got.errorDetail)" } ?? "a reply of another value")")
+        #expect(busy.turns >= 2, "the loop was busy while the reply came (\(busy.turns) turns)")
+        #expect(took < .milliseconds(300), "took \(took)")
+        _ = try await client.send(["DEL", k])
+    }
+
     @Test func oneConnectionPerClientPerLoop() async throws {
         let first = try startedLoop("test-loop-1")
         let second = try startedLoop("test-loop-2")
@@ -572,4 +600,28 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         }
         #expect(finished == [true, false], "the task ran on its loop, then finished off it once the loop stopped")
     }
+}
+
+/// A loop participant that spends `millis` of each turn busy and keeps the loop turning, until
+/// stopped.
+private final class BusyTurns: LoopParticipant, Sendable {
+    private let millis: Int
+    private let state = Mutex<(running: Bool, turns: Int)>((true, 0))
+
+    init(millis: Int) { self.millis = millis }
+
+    var turns: Int { state.withLock { $0.turns } }
+
+    func stop() { state.withLock { $0.running = false } }
+
+    func turnEnded(now: UInt64) {
+        guard state.withLock({ state in
+            if state.running { state.turns += 1 }
+            return state.running
+        }) else { return }
+        let until = ContinuousClock.now + .milliseconds(millis)
+        while ContinuousClock.now < until {}
+    }
+
+    var nextDeadline: UInt64? { state.withLock { $0.running } ? 0 : nil }
 }
