@@ -473,7 +473,7 @@ if want queued; then
   # Not a bar: the Redis writes a queued accept cannot avoid, on our HTTP server and Redis client.
   LUA=scripts/bench/forward.lua run floor_accept "http://127.0.0.1:$floor_port/accept" "$HIT_CONNECTIONS" "$DURATION"
   mkdir -p bench-out; redis-cli -p "$redis_port" CONFIG RESETSTAT >/dev/null
-  # Commands Redis took over 5 ms on (a sidecar waits 200 ms before it fails its pending commands).
+  # Commands Redis was slow on: a sidecar fails its pending commands after its command timeout.
   redis-cli -p "$redis_port" CONFIG SET slowlog-log-slower-than 5000 >/dev/null; redis-cli -p "$redis_port" SLOWLOG RESET >/dev/null
   redis-cli -p "$redis_port" CONFIG SET latency-monitor-threshold 20 >/dev/null; redis-cli -p "$redis_port" LATENCY RESET >/dev/null
   LUA=$register_lua run pw_queued "http://127.0.0.1:$pw_port" "$HIT_CONNECTIONS" "$DURATION" MODE=miss RUN_ID=q$$-$run_number SESSIONS="$work/sessions-hs256.txt" APP=benchq

@@ -370,10 +370,9 @@ final class LoopConnection: LoopDescriptorHandler, LoopParticipant {
         }
     }
 
-    /// hiredis reads 16 KiB a call. Read once a turn, a larger backlog (an outbox batch, a busy
-    /// turn's replies) drained 16 KiB per turn of a loaded loop: replies Redis had sent waited out
-    /// the command timeout. So the socket is read until it is empty, up to 1 MiB a turn, each
-    /// chunk's replies delivered before the next (hiredis compacts its buffer on every reply).
+    /// Read until the socket is empty, within a bound per turn: one read a turn lets replies Redis
+    /// already sent wait out the command timeout on a busy loop. Each chunk's replies go out before
+    /// the next read, since hiredis compacts its buffer on every reply.
     private static let readsPerTurn = 64
 
     private func readReplies(from connection: NonBlockingHiredisContext) {

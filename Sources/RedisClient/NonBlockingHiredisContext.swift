@@ -77,7 +77,7 @@ final class NonBlockingHiredisContext {
         return .success(done != 0)
     }
 
-    /// What one `redisBufferRead` takes from the socket at most (its buffer in hiredis 0.14 and 1.x).
+    /// What one `redisBufferRead` takes from the socket at most: hiredis's read buffer.
     static let readChunk = 16 * 1024
 
     /// Reads what the socket holds (one `read` of at most ``readChunk`` bytes, `redisBufferRead`)

@@ -159,8 +159,8 @@ private func processID(of server: RedisServer) async throws -> pid_t {
         _ = try await client.send(["DEL", k])
     }
 
-    /// A loaded loop: every turn takes 10 ms (the request work of a storm). A 1 MiB reply is 64
-    /// of hiredis's 16 KiB reads; read once a turn it took 640 ms and timed out.
+    /// A reply many reads long, on a loop whose every turn is busy (a storm's request work), must
+    /// not wait a turn per read.
     @Test func aLargeReplyOnABusyLoopArrivesWithinTheCommandTimeout() async throws {
         let loop = try startedLoop()
         defer { loop.stop() }
